@@ -1,0 +1,431 @@
+package config
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Defaults, documented in docs/config-reference.md.
+const (
+	defaultMinSyncPeriod     = time.Second
+	defaultSyncPeriod        = 30 * time.Second
+	defaultBurst             = 2
+	defaultMaxDeleteFraction = 0.5
+	defaultInterface         = "lbd0"
+	defaultMasqueradeBit     = 14
+	defaultNodePortMin       = 30000
+	defaultNodePortMax       = 32767
+	defaultSocket            = "/run/lbd/lbd.sock"
+	defaultMetricsListen     = "127.0.0.1:9712"
+	defaultConsulAddress     = "127.0.0.1:8500"
+	defaultScheduler         = "wrr"
+	defaultAffinityTimeout   = 10800 * time.Second // kube-proxy's ClientIP default
+	defaultDrainTimeout      = 5 * time.Minute
+	defaultWeightMeta        = "lbd-weight"
+	defaultCheckUser         = "nobody"
+)
+
+var (
+	schedulers = []string{"rr", "wrr", "lc", "wlc", "sh", "dh", "sed", "nq", "mh"}
+	// schedulerFlags lists the IPVS scheduler flags each scheduler accepts.
+	schedulerFlags = map[string][]string{
+		"sh": {"sh-fallback", "sh-port"},
+		"mh": {"mh-fallback", "mh-port"},
+	}
+	serviceName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)
+	ifName      = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,14}$`)
+)
+
+// Defaults returns the configuration of an empty lbd.toml.
+func Defaults() Config {
+	return Config{
+		Sync: Sync{
+			MinSyncPeriod:     defaultMinSyncPeriod,
+			SyncPeriod:        defaultSyncPeriod,
+			Burst:             defaultBurst,
+			MaxDeleteFraction: defaultMaxDeleteFraction,
+		},
+		Dataplane: Dataplane{
+			Interface:     defaultInterface,
+			MasqueradeBit: defaultMasqueradeBit,
+			StrictARP:     true,
+			NodePortMin:   defaultNodePortMin,
+			NodePortMax:   defaultNodePortMax,
+		},
+		Status: Status{Socket: defaultSocket, MetricsListen: defaultMetricsListen},
+		Consul: Consul{Address: defaultConsulAddress, Scheme: "http"},
+	}
+}
+
+func decodeGlobals(n *node, c *Config) {
+	if t := n.table("sync"); t != nil {
+		s := &c.Sync
+		t.duration("min_sync_period", &s.MinSyncPeriod, 0, time.Hour)
+		t.duration("sync_period", &s.SyncPeriod, time.Second, 24*time.Hour)
+		t.integer("burst", &s.Burst, 1, 100)
+		t.float("max_delete_fraction", &s.MaxDeleteFraction, 0, 1)
+		if s.MinSyncPeriod > s.SyncPeriod {
+			t.errorf("min_sync_period", "%s is longer than sync_period (%s); expected at most sync_period", s.MinSyncPeriod, s.SyncPeriod)
+		}
+		t.finish()
+	}
+	if t := n.table("dataplane"); t != nil {
+		d := &c.Dataplane
+		if t.str("interface", &d.Interface) && !ifName.MatchString(d.Interface) {
+			t.errorf("interface", "%q is not a valid interface name; expected 1 to 15 letters, digits, '.', '_' or '-'", d.Interface)
+		}
+		t.integer("masquerade_bit", &d.MasqueradeBit, 0, 31)
+		d.LocalNetworks = t.prefixes("local_networks")
+		t.boolean("strict_arp", &d.StrictARP)
+		d.NodeCIDRs = t.prefixes("node_cidrs")
+		for i, p := range d.NodeCIDRs {
+			if a := p.Addr(); a.IsLoopback() || a.IsLinkLocalUnicast() || a.IsMulticast() {
+				t.errorf(fmt.Sprintf("node_cidrs[%d]", i), "%s never holds node addresses (loopback, link-local and multicast are excluded); expected the networks of the box's own addresses", p)
+			}
+		}
+		var r string
+		if t.str("node_port_range", &r) {
+			lo, hi, ok := parsePortRange(r)
+			if !ok {
+				t.errorf("node_port_range", "%q is not a port range; expected \"FIRST-LAST\" with 1 <= FIRST <= LAST <= 65535, such as \"30000-32767\"", r)
+			} else {
+				d.NodePortMin, d.NodePortMax = lo, hi
+			}
+		}
+		t.finish()
+	}
+	if t := n.table("ipvs"); t != nil {
+		t.seconds("tcp_timeout", &c.IPVS.TCPTimeout, 0, 30*24*time.Hour)
+		t.seconds("tcp_fin_timeout", &c.IPVS.TCPFinTimeout, 0, 30*24*time.Hour)
+		t.seconds("udp_timeout", &c.IPVS.UDPTimeout, 0, 30*24*time.Hour)
+		t.finish()
+	}
+	if t := n.table("status"); t != nil {
+		if t.str("socket", &c.Status.Socket) && !filepath.IsAbs(c.Status.Socket) {
+			t.errorf("socket", "%q is not an absolute path; expected one such as %q", c.Status.Socket, defaultSocket)
+		}
+		if t.str("metrics_listen", &c.Status.MetricsListen) && c.Status.MetricsListen != "" {
+			t.hostPort("metrics_listen", c.Status.MetricsListen)
+		}
+		t.finish()
+	}
+	if t := n.table("consul"); t != nil {
+		decodeConsul(t, &c.Consul)
+	}
+}
+
+func decodeConsul(t *node, c *Consul) {
+	c.Enabled = true
+	if t.str("address", &c.Address) {
+		t.hostPort("address", c.Address)
+	}
+	var scheme string
+	if t.oneOf("scheme", &scheme, "http", "https") {
+		c.Scheme = scheme
+	}
+	t.str("datacenter", &c.Datacenter)
+	if t.str("token_file", &c.TokenFile) && !filepath.IsAbs(c.TokenFile) {
+		t.errorf("token_file", "%q is not an absolute path; expected one such as \"/etc/lbd/consul.token\"", c.TokenFile)
+	}
+	if tls := t.table("tls"); tls != nil {
+		tls.str("ca_file", &c.TLS.CAFile)
+		tls.str("cert_file", &c.TLS.CertFile)
+		tls.str("key_file", &c.TLS.KeyFile)
+		tls.str("server_name", &c.TLS.ServerName)
+		tls.boolean("insecure_skip_verify", &c.TLS.InsecureSkipVerify)
+		if (c.TLS.CertFile == "") != (c.TLS.KeyFile == "") {
+			key := "cert_file"
+			if c.TLS.CertFile == "" {
+				key = "key_file"
+			}
+			tls.errorf(key, "a client certificate needs both cert_file and key_file; expected both or neither")
+		}
+		tls.finish()
+	}
+	t.finish()
+}
+
+func (n *node) hostPort(key, s string) {
+	host, port, err := net.SplitHostPort(s)
+	p, perr := strconv.Atoi(port)
+	if err != nil || perr != nil || p < 1 || p > 65535 {
+		n.errorf(key, "%q is not HOST:PORT; expected one such as \"127.0.0.1:9712\" or \"[::1]:9712\"", s)
+		return
+	}
+	if host != "" && host != "localhost" {
+		if _, err := netip.ParseAddr(host); err != nil {
+			n.errorf(key, "%q: host %q is not an IP address; expected an IP address, \"localhost\" or nothing (all addresses)", s, host)
+		}
+	}
+}
+
+// seconds decodes a duration that the kernel keeps in whole seconds.
+func (n *node) seconds(key string, dst *time.Duration, lo, hi time.Duration) bool {
+	var d time.Duration
+	if !n.duration(key, &d, lo, hi) {
+		return false
+	}
+	if d%time.Second != 0 {
+		n.errorf(key, "%s is not a whole number of seconds; the kernel keeps this timeout in seconds", d)
+		return false
+	}
+	*dst = d
+	return true
+}
+
+func parsePortRange(s string) (lo, hi uint16, ok bool) {
+	a, b, found := strings.Cut(s, "-")
+	if !found {
+		return 0, 0, false
+	}
+	x, err1 := strconv.Atoi(strings.TrimSpace(a))
+	y, err2 := strconv.Atoi(strings.TrimSpace(b))
+	if err1 != nil || err2 != nil || x < 1 || y > 65535 || x > y {
+		return 0, 0, false
+	}
+	return uint16(x), uint16(y), true
+}
+
+// decodeService decodes one [[service]] table. Checks that need other
+// services or the global settings happen later, in validate.
+func decodeService(n *node) Service {
+	s := Service{
+		Protocol:               TCP,
+		Scheduler:              defaultScheduler,
+		SessionAffinityTimeout: defaultAffinityTimeout,
+		SNAT:                   SNATAuto,
+		Announce:               AnnounceRoute,
+		OnUnhealthy:            Drain,
+		DrainTimeout:           defaultDrainTimeout,
+		Quorum:                 1,
+		Pos:                    n.pos(""),
+	}
+	if !n.str("name", &s.Name) {
+		if !n.has("name") {
+			n.errorf("", "service has no name; expected name = \"...\" (letters, digits, '.', '_' or '-')")
+		}
+	} else if !serviceName.MatchString(s.Name) {
+		n.errorf("name", "%q is not a valid service name; expected 1 to 63 letters, digits, '.', '_' or '-', starting with a letter or digit", s.Name)
+	}
+
+	var proto string
+	if v, ok := n.m["protocol"]; ok && v == "sctp" {
+		n.get("protocol")
+		n.errorf("protocol", "sctp is not supported yet (lbd has not proven it end to end); expected tcp or udp")
+	} else if n.oneOf("protocol", &proto, string(TCP), string(UDP)) {
+		s.Protocol = Protocol(proto)
+	}
+
+	s.VIPs = n.addrs("vips")
+	decodeVIPs(n, &s)
+	n.port("port", &s.Port)
+	n.port("node_port", &s.NodePort)
+	switch {
+	case n.has("vips") && !n.has("port"):
+		n.errorf("", "service %q has vips but no port; expected port = 1..65535", s.Name)
+	case n.has("port") && !n.has("vips") && !n.has("node_port"):
+		n.errorf("port", "service %q has a port but no vips; expected vips = [\"...\"] (or node_port alone for a NodePort-like service)", s.Name)
+	case !n.has("vips") && !n.has("node_port"):
+		n.errorf("", "service %q is reachable nowhere; expected vips = [...] with port, and/or node_port", s.Name)
+	}
+
+	decodeScheduling(n, &s)
+	var v string
+	if n.oneOf("snat", &v, string(SNATAuto), string(SNATAlways), string(SNATNever)) {
+		s.SNAT = SNATMode(v)
+	}
+	decodeAnnounce(n, &s)
+
+	check := defaultCheck(s.Protocol)
+	if t := n.table("health_check"); t != nil {
+		check = decodeCheck(t, check)
+	}
+	s.HealthCheck = check
+	if n.oneOf("on_unhealthy", &v, string(Drain), string(Remove)) {
+		s.OnUnhealthy = OnUnhealthy(v)
+	}
+	n.duration("drain_timeout", &s.DrainTimeout, 0, 24*time.Hour)
+
+	for _, t := range n.tables("real_server") {
+		s.RealServers = append(s.RealServers, decodeRealServer(t, &s))
+	}
+	checkDuplicateRealServers(n, s.RealServers)
+	s.SourceRanges = n.prefixes("source_ranges")
+	for i, p := range s.SourceRanges {
+		if family(p.Addr()) != s.Family() {
+			n.errorf(fmt.Sprintf("source_ranges[%d]", i), "%s is IPv%d but the service is IPv%d; expected ranges of the service's family", p, family(p.Addr()), s.Family())
+		}
+	}
+	if t := n.table("consul"); t != nil {
+		s.Consul = decodeConsulService(t)
+	}
+	decodeQuorum(n, &s)
+	s.path = n.path
+	s.keyPos = map[string]Pos{"name": n.pos("name"), "node_port": n.pos("node_port")}
+	for i := range s.VIPs {
+		k := fmt.Sprintf("vips[%d]", i)
+		s.keyPos[k] = n.pos(k)
+	}
+	n.finish()
+	return s
+}
+
+func decodeVIPs(n *node, s *Service) {
+	seen := map[netip.Addr]int{}
+	for i, a := range s.VIPs {
+		key := fmt.Sprintf("vips[%d]", i)
+		switch {
+		case !a.IsGlobalUnicast() || a.IsLinkLocalUnicast():
+			n.errorf(key, "%s is not a unicast address a client can reach (loopback, link-local, multicast and unspecified are refused); expected a routable unicast VIP", a)
+		case family(a) != family(s.VIPs[0]):
+			n.errorf(key, "%s is IPv%d but the first VIP %s is IPv%d; a service's real servers are of one family, so its VIPs must be too: expected a separate service for each family", a, family(a), s.VIPs[0], family(s.VIPs[0]))
+		}
+		if j, dup := seen[a]; dup {
+			n.errorf(key, "%s is listed twice (also vips[%d]); expected each VIP once", a, j)
+		}
+		seen[a] = i
+	}
+}
+
+func decodeScheduling(n *node, s *Service) {
+	n.oneOf("scheduler", &s.Scheduler, schedulers...)
+	if n.strings("scheduler_flags", &s.SchedulerFlags) {
+		accepted := schedulerFlags[s.Scheduler]
+		for i, f := range s.SchedulerFlags {
+			if !slices.Contains(accepted, f) {
+				key := fmt.Sprintf("scheduler_flags[%d]", i)
+				if len(accepted) == 0 {
+					n.errorf(key, "scheduler %q takes no flags; expected flags only with sh (sh-fallback, sh-port) or mh (mh-fallback, mh-port)", s.Scheduler)
+				} else {
+					n.errorf(key, "%q is not a flag of scheduler %q; expected one of: %s", f, s.Scheduler, strings.Join(accepted, ", "))
+				}
+			}
+		}
+	}
+	n.boolean("session_affinity", &s.SessionAffinity)
+	if n.seconds("session_affinity_timeout", &s.SessionAffinityTimeout, time.Second, 24*time.Hour) && !s.SessionAffinity {
+		n.errorf("session_affinity_timeout", "has no effect without session_affinity = true; expected it only together with session_affinity")
+	}
+}
+
+func decodeAnnounce(n *node, s *Service) {
+	var v string
+	if n.oneOf("announce", &v, string(AnnounceRoute), string(AnnounceARP)) {
+		s.Announce = Announce(v)
+	}
+	hasIf := n.str("announce_interface", &s.AnnounceInterface)
+	switch {
+	case s.Announce == AnnounceARP && !hasIf:
+		n.errorf("announce", "announce = \"arp\" needs the interface to answer ARP on; expected announce_interface = \"eth0\" (or similar)")
+	case s.Announce == AnnounceRoute && hasIf:
+		n.errorf("announce_interface", "is only used with announce = \"arp\"; expected announce = \"arp\" or no announce_interface")
+	case hasIf && !ifName.MatchString(s.AnnounceInterface):
+		n.errorf("announce_interface", "%q is not a valid interface name; expected 1 to 15 letters, digits, '.', '_' or '-'", s.AnnounceInterface)
+	}
+	if s.Announce == AnnounceARP {
+		for i, a := range s.VIPs {
+			if family(a) == 6 {
+				n.errorf(fmt.Sprintf("vips[%d]", i), "%s is IPv6, and announce = \"arp\" answers ARP for IPv4 only (NDP is not implemented); expected announce = \"route\" for IPv6 VIPs", a)
+			}
+		}
+		if s.NodePort != 0 && len(s.VIPs) == 0 {
+			n.errorf("announce", "a NodePort-like service without VIPs has nothing to announce; expected announce = \"route\"")
+		}
+	}
+}
+
+func decodeRealServer(n *node, s *Service) RealServer {
+	r := RealServer{Port: s.Port, Weight: 1, HealthCheck: s.HealthCheck, Pos: n.pos("")}
+	if !n.addr("address", &r.Address) && !n.has("address") {
+		n.errorf("", "real server has no address; expected address = \"10.0.0.11\" (or similar)")
+	}
+	if r.Address.IsValid() {
+		switch {
+		case !r.Address.IsGlobalUnicast() || r.Address.IsLinkLocalUnicast():
+			n.errorf("address", "%s is not a routable unicast address (loopback, link-local, multicast and unspecified are refused: IPVS NAT cannot forward to them)", r.Address)
+		case s.knownFamily() != 0 && family(r.Address) != s.Family():
+			n.errorf("address", "%s is IPv%d but service %q is IPv%d; IPVS NAT cannot mix families: expected an IPv%d real server", r.Address, family(r.Address), s.Name, s.Family(), s.Family())
+		case slices.Contains(s.VIPs, r.Address):
+			n.errorf("address", "%s is a VIP of this service; a real server cannot be its own VIP", r.Address)
+		}
+	}
+	if !n.port("port", &r.Port) && !n.has("port") && r.Port == 0 {
+		n.errorf("", "real server has no port and service %q has none to inherit (NodePort-only); expected port = 1..65535", s.Name)
+	}
+	n.integer("weight", &r.Weight, 0, 65535)
+	if t := n.table("health_check"); t != nil {
+		r.HealthCheck = decodeCheck(t, s.HealthCheck)
+	}
+	n.finish()
+	return r
+}
+
+func checkDuplicateRealServers(n *node, rss []RealServer) {
+	seen := map[netip.AddrPort]int{}
+	for i, r := range rss {
+		if !r.Address.IsValid() {
+			continue
+		}
+		if j, dup := seen[r.AddrPort()]; dup {
+			n.errorf(fmt.Sprintf("real_server[%d].address", i), "real server %s is listed twice (first at %s); expected each address:port once per service", r.AddrPort(), rss[j].Pos)
+			continue
+		}
+		seen[r.AddrPort()] = i
+	}
+}
+
+func decodeConsulService(n *node) *ConsulService {
+	c := &ConsulService{WeightMeta: defaultWeightMeta, DefaultWeight: 1, PassingOnly: true, Pos: n.pos("")}
+	if !n.str("service", &c.Service) && !n.has("service") {
+		n.errorf("", "names no Consul service; expected service = \"...\"")
+	}
+	n.strings("tags", &c.Tags)
+	n.str("datacenter", &c.Datacenter)
+	n.port("port", &c.Port)
+	n.str("weight_meta", &c.WeightMeta)
+	n.integer("default_weight", &c.DefaultWeight, 0, 65535)
+	n.boolean("passing_only", &c.PassingOnly)
+	n.finish()
+	return c
+}
+
+func decodeQuorum(n *node, s *Service) {
+	n.integer("quorum", &s.Quorum, 1, 10000)
+	var ss string
+	if n.str("sorry_server", &ss) {
+		ap, err := netip.ParseAddrPort(ss)
+		switch {
+		case err != nil || ap.Port() == 0:
+			n.errorf("sorry_server", "%q is not ADDRESS:PORT; expected one such as \"10.0.0.99:8080\" or \"[2001:db8::99]:8080\"", ss)
+		case family(ap.Addr()) != s.Family():
+			n.errorf("sorry_server", "%s is IPv%d but the service is IPv%d; expected a sorry server of the service's family", ap.Addr(), family(ap.Addr()), s.Family())
+		default:
+			ap = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+			s.SorryServer = &ap
+		}
+	}
+	s.QuorumFallback = QuorumHealthy
+	if n.has("sorry_server") {
+		s.QuorumFallback = QuorumSorry
+	}
+	var v string
+	if n.oneOf("quorum_fallback", &v, string(QuorumHealthy), string(QuorumSorry), string(QuorumKeep)) {
+		s.QuorumFallback = QuorumFallback(v)
+		switch {
+		case s.QuorumFallback == QuorumSorry && !n.has("sorry_server"):
+			n.errorf("quorum_fallback", "\"sorry\" needs a sorry server; expected sorry_server = \"ADDRESS:PORT\"")
+		case s.QuorumFallback != QuorumSorry && n.has("sorry_server"):
+			n.errorf("sorry_server", "is never used with quorum_fallback = %q; expected quorum_fallback = \"sorry\" or no sorry_server", v)
+		}
+	}
+	if s.Consul == nil && n.has("quorum") && s.Quorum > len(s.RealServers) {
+		n.errorf("quorum", "%d can never be met: service %q has %d real servers; expected at most %d", s.Quorum, s.Name, len(s.RealServers), len(s.RealServers))
+	}
+}

@@ -1,0 +1,402 @@
+package config
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/lbdproject/lbd/config/internal/keypos"
+)
+
+// source is one file being decoded: its name, its key positions and the
+// errors found so far (shared by all files of one load).
+type source struct {
+	name string
+	pos  map[string]keypos.Pos
+	errs *ErrorList
+}
+
+// at returns the position of path, or of its nearest ancestor that has one.
+func (s *source) at(path string) Pos {
+	for p := path; p != ""; p = parent(p) {
+		if kp, ok := s.pos[p]; ok {
+			return Pos{File: s.name, Line: kp.Line, Col: kp.Col}
+		}
+	}
+	return Pos{File: s.name}
+}
+
+func parent(path string) string {
+	if i := strings.LastIndexAny(path, ".["); i >= 0 {
+		return path[:i]
+	}
+	return ""
+}
+
+// node is one TOML table being decoded. Every key it is asked for counts
+// as accepted, so unknown keys can be reported with the accepted list.
+type node struct {
+	src   *source
+	path  string
+	m     map[string]any
+	known []string
+}
+
+func (n *node) keyPath(key string) string {
+	if n.path == "" {
+		return key
+	}
+	if strings.HasPrefix(key, "[") {
+		return n.path + key
+	}
+	return n.path + "." + key
+}
+
+// pos returns the position of key (or of the table when it is absent).
+func (n *node) pos(key string) Pos { return n.src.at(n.keyPath(key)) }
+
+func (n *node) errorf(key, format string, args ...any) {
+	p := n.keyPath(key)
+	*n.src.errs = append(*n.src.errs, &Error{Pos: n.src.at(p), Key: p, Msg: fmt.Sprintf(format, args...)})
+}
+
+func (n *node) has(key string) bool {
+	_, ok := n.m[key]
+	return ok
+}
+
+func (n *node) get(key string) (any, bool) {
+	if !slices.Contains(n.known, key) {
+		n.known = append(n.known, key)
+	}
+	v, ok := n.m[key]
+	return v, ok
+}
+
+// finish reports the keys of the table that nobody asked for.
+func (n *node) finish() {
+	keys := make([]string, 0, len(n.m))
+	for k := range n.m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		if slices.Contains(n.known, k) {
+			continue
+		}
+		msg := "unknown key"
+		if s := suggest(k, n.known); s != "" {
+			msg += fmt.Sprintf(" (did you mean %q?)", s)
+		}
+		where := "here"
+		if n.path != "" {
+			where = "in [" + strings.TrimRight(stripIndex(n.path), "]") + "]"
+		}
+		n.errorf(k, "%s; accepted %s: %s", msg, where, strings.Join(n.known, ", "))
+	}
+}
+
+func stripIndex(path string) string {
+	var b strings.Builder
+	depth := 0
+	for _, r := range path {
+		switch {
+		case r == '[':
+			depth++
+		case r == ']':
+			depth--
+		case depth == 0:
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
+}
+
+func typeName(v any) string {
+	switch v.(type) {
+	case string:
+		return "a string"
+	case int64:
+		return "an integer"
+	case float64:
+		return "a float"
+	case bool:
+		return "a boolean"
+	case []any:
+		return "an array"
+	case map[string]any:
+		return "a table"
+	case []map[string]any:
+		return "an array of tables"
+	}
+	return "a date/time"
+}
+
+func (n *node) wrongType(key string, v any, want string) {
+	n.errorf(key, "is %s; expected %s", typeName(v), want)
+}
+
+func (n *node) str(key string, dst *string) bool {
+	v, ok := n.get(key)
+	if !ok {
+		return false
+	}
+	s, ok := v.(string)
+	if !ok {
+		n.wrongType(key, v, "a string")
+		return false
+	}
+	*dst = s
+	return true
+}
+
+// oneOf decodes a string that must be one of accepted.
+func (n *node) oneOf(key string, dst *string, accepted ...string) bool {
+	var s string
+	if !n.str(key, &s) {
+		return false
+	}
+	if !slices.Contains(accepted, s) {
+		hint := ""
+		if g := suggest(s, accepted); g != "" {
+			hint = fmt.Sprintf(" (did you mean %q?)", g)
+		}
+		n.errorf(key, "%q is not accepted%s; expected one of: %s", s, hint, strings.Join(accepted, ", "))
+		return false
+	}
+	*dst = s
+	return true
+}
+
+func (n *node) integer(key string, dst *int, lo, hi int) bool {
+	v, ok := n.get(key)
+	if !ok {
+		return false
+	}
+	i, ok := v.(int64)
+	if !ok {
+		n.wrongType(key, v, fmt.Sprintf("an integer from %d to %d", lo, hi))
+		return false
+	}
+	if i < int64(lo) || i > int64(hi) {
+		n.errorf(key, "%d is out of range; expected an integer from %d to %d", i, lo, hi)
+		return false
+	}
+	*dst = int(i)
+	return true
+}
+
+func (n *node) port(key string, dst *uint16) bool {
+	var i int
+	if !n.integer(key, &i, 1, 65535) {
+		return false
+	}
+	*dst = uint16(i)
+	return true
+}
+
+func (n *node) boolean(key string, dst *bool) bool {
+	v, ok := n.get(key)
+	if !ok {
+		return false
+	}
+	b, ok := v.(bool)
+	if !ok {
+		n.wrongType(key, v, "true or false")
+		return false
+	}
+	*dst = b
+	return true
+}
+
+func (n *node) float(key string, dst *float64, lo, hi float64) bool {
+	v, ok := n.get(key)
+	if !ok {
+		return false
+	}
+	var f float64
+	switch x := v.(type) {
+	case float64:
+		f = x
+	case int64:
+		f = float64(x)
+	default:
+		n.wrongType(key, v, fmt.Sprintf("a number from %g to %g", lo, hi))
+		return false
+	}
+	if f < lo || f > hi {
+		n.errorf(key, "%g is out of range; expected a number from %g to %g", f, lo, hi)
+		return false
+	}
+	*dst = f
+	return true
+}
+
+// duration decodes a Go duration string such as "1.5s" or "3h".
+func (n *node) duration(key string, dst *time.Duration, lo, hi time.Duration) bool {
+	var s string
+	want := fmt.Sprintf("a duration from %s to %s, such as \"%s\"", lo, hi, max(lo, time.Second))
+	if v, ok := n.get(key); ok && !isString(v) {
+		n.wrongType(key, v, want)
+		return false
+	}
+	if !n.str(key, &s) {
+		return false
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		n.errorf(key, "%q is not a duration; expected %s", s, want)
+		return false
+	}
+	if d < lo || d > hi {
+		n.errorf(key, "%s is out of range; expected %s", s, want)
+		return false
+	}
+	*dst = d
+	return true
+}
+
+func isString(v any) bool {
+	_, ok := v.(string)
+	return ok
+}
+
+// list decodes an array, calling elem for each element with its key
+// ("key[i]"). A single value where an array is expected is an error: it is
+// usually a forgotten pair of brackets.
+func (n *node) list(key, want string, elem func(k string, v any)) bool {
+	v, ok := n.get(key)
+	if !ok {
+		return false
+	}
+	arr, ok := v.([]any)
+	if !ok {
+		n.wrongType(key, v, "an array of "+want)
+		return false
+	}
+	for i, e := range arr {
+		elem(key+"["+strconv.Itoa(i)+"]", e)
+	}
+	return true
+}
+
+func (n *node) strings(key string, dst *[]string) bool {
+	var out []string
+	ok := n.list(key, "strings", func(k string, v any) {
+		if s, ok := v.(string); ok {
+			out = append(out, s)
+		} else {
+			n.wrongType(k, v, "a string")
+		}
+	})
+	*dst = out
+	return ok
+}
+
+// addr parses an IP address in value v found at key.
+func (n *node) parseAddr(key string, v any) (netip.Addr, bool) {
+	s, ok := v.(string)
+	if !ok {
+		n.wrongType(key, v, "an IP address string such as \"192.0.2.10\" or \"2001:db8::10\"")
+		return netip.Addr{}, false
+	}
+	a, err := netip.ParseAddr(s)
+	if err != nil || a.Zone() != "" {
+		n.errorf(key, "%q is not an IP address; expected one such as \"192.0.2.10\" or \"2001:db8::10\"", s)
+		return netip.Addr{}, false
+	}
+	return a.Unmap(), true
+}
+
+func (n *node) addr(key string, dst *netip.Addr) bool {
+	v, ok := n.get(key)
+	if !ok {
+		return false
+	}
+	a, ok := n.parseAddr(key, v)
+	if ok {
+		*dst = a
+	}
+	return ok
+}
+
+func (n *node) addrs(key string) []netip.Addr {
+	var out []netip.Addr
+	n.list(key, "IP addresses", func(k string, v any) {
+		if a, ok := n.parseAddr(k, v); ok {
+			out = append(out, a)
+		}
+	})
+	return out
+}
+
+// prefixes decodes CIDRs; host bits must be zero so that a typo such as
+// 10.1.2.0/16 (meant /24) is caught rather than silently widened.
+func (n *node) prefixes(key string) []netip.Prefix {
+	var out []netip.Prefix
+	n.list(key, "CIDRs", func(k string, v any) {
+		s, ok := v.(string)
+		if !ok {
+			n.wrongType(k, v, "a CIDR string such as \"10.0.0.0/8\"")
+			return
+		}
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			n.errorf(k, "%q is not a CIDR; expected one such as \"10.0.0.0/8\" or \"2001:db8::/32\"", s)
+			return
+		}
+		if p.Masked() != p {
+			n.errorf(k, "%q has host bits set; expected the network address, %q", s, p.Masked().String())
+			return
+		}
+		out = append(out, p)
+	})
+	return out
+}
+
+// table returns the sub-table at key, or nil when it is absent.
+func (n *node) table(key string) *node {
+	v, ok := n.get(key)
+	if !ok {
+		return nil
+	}
+	m, ok := v.(map[string]any)
+	if !ok {
+		n.wrongType(key, v, "a table ([..."+key+"])")
+		return nil
+	}
+	return &node{src: n.src, path: n.keyPath(key), m: m}
+}
+
+// tables returns the elements of an array of tables, written either as
+// [[key]] headers or as an array of inline tables.
+func (n *node) tables(key string) []*node {
+	v, ok := n.get(key)
+	if !ok {
+		return nil
+	}
+	var out []*node
+	add := func(i int, m map[string]any) {
+		out = append(out, &node{src: n.src, path: n.keyPath(key) + "[" + strconv.Itoa(i) + "]", m: m})
+	}
+	switch x := v.(type) {
+	case []map[string]any:
+		for i, m := range x {
+			add(i, m)
+		}
+	case []any:
+		for i, e := range x {
+			if m, ok := e.(map[string]any); ok {
+				add(i, m)
+			} else {
+				n.wrongType(key+"["+strconv.Itoa(i)+"]", e, "a table")
+			}
+		}
+	default:
+		n.wrongType(key, v, "an array of tables ([["+key+"]])")
+	}
+	return out
+}

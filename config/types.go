@@ -1,0 +1,348 @@
+// Package config is lbd's configuration model: the TOML schema admins edit,
+// its strict validation, and the merge of lbd.toml with conf.d/*.toml into
+// one immutable snapshot.
+package config
+
+import (
+	"fmt"
+	"net/netip"
+	"time"
+)
+
+// Default locations of the configuration.
+const (
+	DefaultPath    = "/etc/lbd/lbd.toml"
+	DefaultConfDir = "conf.d" // relative to the main file's directory
+)
+
+// Pos locates a key in a configuration file, for error messages and for the
+// provenance that real servers and services carry into logs and status.
+type Pos struct {
+	File string
+	Line int
+	Col  int
+}
+
+func (p Pos) String() string {
+	switch {
+	case p.File == "":
+		return "<unknown>"
+	case p.Line == 0:
+		return p.File
+	case p.Col == 0:
+		return fmt.Sprintf("%s:%d", p.File, p.Line)
+	}
+	return fmt.Sprintf("%s:%d:%d", p.File, p.Line, p.Col)
+}
+
+// Config is one complete, validated configuration snapshot. It is never
+// mutated after Load returns it.
+type Config struct {
+	Sync      Sync
+	Dataplane Dataplane
+	IPVS      IPVS
+	Status    Status
+	Consul    Consul
+	Services  []Service
+
+	// Files lists every file the snapshot was read from, main file first.
+	Files []string
+}
+
+// Sync holds the bounded-frequency runner's timings and the safety valve.
+type Sync struct {
+	// MinSyncPeriod is the shortest time between two syncs.
+	MinSyncPeriod time.Duration
+	// SyncPeriod is the longest time between two syncs; each periodic sync
+	// is a full reconcile against a kernel dump.
+	SyncPeriod time.Duration
+	// Burst is how many syncs may run back to back before MinSyncPeriod
+	// applies.
+	Burst int
+	// MaxDeleteFraction holds a sync that would delete more than this share
+	// of services or real servers at once, unless an admin's edit asked
+	// for it.
+	MaxDeleteFraction float64
+}
+
+// Dataplane holds settings of the kernel objects lbd owns.
+type Dataplane struct {
+	// Interface is the dummy link that carries the VIPs.
+	Interface string
+	// MasqueradeBit is the fwmark bit that asks POSTROUTING to MASQUERADE.
+	MasqueradeBit int
+	// LocalNetworks are the director's local and real-server networks:
+	// with snat = "auto", traffic from outside them is masqueraded.
+	LocalNetworks []netip.Prefix
+	// StrictARP keeps the kernel from answering ARP for VIPs on other links.
+	StrictARP bool
+	// NodeCIDRs select which of the box's addresses serve NodePort-like
+	// services. Empty means none: such services are refused.
+	NodeCIDRs []netip.Prefix
+	// NodePortMin and NodePortMax bound node_port values.
+	NodePortMin, NodePortMax uint16
+}
+
+// MasqueradeMark returns the fwmark value of MasqueradeBit (14 → 0x4000).
+func (d Dataplane) MasqueradeMark() uint32 { return 1 << uint(d.MasqueradeBit) }
+
+// IPVS holds the kernel's global IPVS connection timeouts; zero leaves the
+// kernel's value alone.
+type IPVS struct {
+	TCPTimeout    time.Duration
+	TCPFinTimeout time.Duration
+	UDPTimeout    time.Duration
+}
+
+// Status holds where lbd answers `lbd status` and serves metrics.
+type Status struct {
+	Socket        string
+	MetricsListen string // host:port; empty disables the metrics listener
+}
+
+// Consul holds the agent lbd talks to. Enabled is true when the [consul]
+// table is present or any service names a Consul service.
+type Consul struct {
+	Enabled    bool
+	Address    string
+	Scheme     string
+	Datacenter string
+	TokenFile  string
+	TLS        ConsulTLS
+}
+
+// ConsulTLS configures TLS to the Consul agent.
+type ConsulTLS struct {
+	CAFile             string
+	CertFile           string
+	KeyFile            string
+	ServerName         string
+	InsecureSkipVerify bool
+}
+
+// Protocol is a virtual service's transport protocol.
+type Protocol string
+
+const (
+	TCP Protocol = "tcp"
+	UDP Protocol = "udp"
+)
+
+// SNATMode chooses whether the client's address is hidden from real servers.
+type SNATMode string
+
+const (
+	// SNATAuto masquerades traffic whose source is outside LocalNetworks
+	// (kube-proxy's semantics).
+	SNATAuto SNATMode = "auto"
+	// SNATAlways masquerades all traffic (kube-proxy's masquerade_all).
+	SNATAlways SNATMode = "always"
+	// SNATNever keeps the client's address; real servers must route back
+	// through the director.
+	SNATNever SNATMode = "never"
+)
+
+// Announce chooses how a service's VIPs reach the network.
+type Announce string
+
+const (
+	// AnnounceRoute: the VIP lives on the dummy link and the upstream router
+	// routes it to the director.
+	AnnounceRoute Announce = "route"
+	// AnnounceARP: lbd answers ARP for the VIP on AnnounceInterface and
+	// sends gratuitous ARP when it starts serving it.
+	AnnounceARP Announce = "arp"
+)
+
+// OnUnhealthy chooses what happens to a real server that fails its checks.
+type OnUnhealthy string
+
+const (
+	// Drain sets its weight to 0: established connections finish.
+	Drain OnUnhealthy = "drain"
+	// Remove deletes it from IPVS.
+	Remove OnUnhealthy = "remove"
+)
+
+// QuorumFallback chooses what a service does below its quorum.
+type QuorumFallback string
+
+const (
+	// QuorumHealthy serves whichever real servers are healthy; with none,
+	// new connections are rejected.
+	QuorumHealthy QuorumFallback = "healthy"
+	// QuorumSorry serves only the sorry server.
+	QuorumSorry QuorumFallback = "sorry"
+	// QuorumKeep keeps the real servers the service had when it fell below
+	// quorum, on the theory that the checks, not the servers, are failing.
+	QuorumKeep QuorumFallback = "keep"
+)
+
+// Service is a virtual service: one or more VIPs sharing a port, protocol,
+// scheduler and set of real servers. Each VIP becomes one IPVS virtual server.
+type Service struct {
+	Name     string
+	VIPs     []netip.Addr
+	Port     uint16 // 0 when the service has only a NodePort
+	Protocol Protocol
+	// NodePort makes the service reachable at every node address on this
+	// port (NodePort-like); 0 disables it.
+	NodePort uint16
+
+	Scheduler      string
+	SchedulerFlags []string
+
+	// SessionAffinity enables client-IP persistence for
+	// SessionAffinityTimeout.
+	SessionAffinity        bool
+	SessionAffinityTimeout time.Duration
+
+	SourceRanges []netip.Prefix
+	SNAT         SNATMode
+
+	Announce          Announce
+	AnnounceInterface string
+
+	RealServers []RealServer
+	Consul      *ConsulService // real servers from a Consul service
+
+	HealthCheck HealthCheck
+	OnUnhealthy OnUnhealthy
+	// DrainTimeout bounds how long a removed real server keeps weight 0
+	// before it is deleted even with connections left.
+	DrainTimeout time.Duration
+
+	// Quorum is the least number of healthy real servers the service
+	// needs; below it QuorumFallback applies.
+	Quorum         int
+	QuorumFallback QuorumFallback
+	SorryServer    *netip.AddrPort
+
+	// Pos is where the service's table starts: its provenance.
+	Pos Pos
+	// path and keyPos locate the keys that checks across services point at.
+	path   string
+	keyPos map[string]Pos
+}
+
+// at returns the position of one of the service's keys, or of the service.
+func (s *Service) at(key string) Pos {
+	if p, ok := s.keyPos[key]; ok {
+		return p
+	}
+	return s.Pos
+}
+
+// Family returns 4 or 6: the address family of the service's VIPs, or of
+// its real servers for a NodePort-only service.
+func (s *Service) Family() int {
+	if f := s.knownFamily(); f != 0 {
+		return f
+	}
+	return 4
+}
+
+// knownFamily is Family, or 0 while nothing tells it yet.
+func (s *Service) knownFamily() int {
+	for _, v := range s.VIPs {
+		return family(v)
+	}
+	for _, rs := range s.RealServers {
+		if rs.Address.IsValid() {
+			return family(rs.Address)
+		}
+	}
+	return 0
+}
+
+func family(a netip.Addr) int {
+	if a.Is4() || a.Is4In6() {
+		return 4
+	}
+	return 6
+}
+
+// RealServer is a statically configured real server.
+type RealServer struct {
+	Address netip.Addr
+	Port    uint16
+	Weight  int
+	// HealthCheck is the service's check with this real server's overrides
+	// applied.
+	HealthCheck HealthCheck
+	Pos         Pos
+}
+
+// AddrPort returns the real server's address and port.
+func (r RealServer) AddrPort() netip.AddrPort { return netip.AddrPortFrom(r.Address, r.Port) }
+
+// ConsulService names the Consul service whose instances become real servers.
+type ConsulService struct {
+	Service       string
+	Tags          []string
+	Datacenter    string
+	Port          uint16 // overrides the registered port when non-zero
+	WeightMeta    string // service meta key holding the weight
+	DefaultWeight int
+	PassingOnly   bool
+	Pos           Pos
+}
+
+// CheckType names a health checker.
+type CheckType string
+
+const (
+	CheckNone  CheckType = "none"
+	CheckTCP   CheckType = "tcp"
+	CheckHTTP  CheckType = "http"
+	CheckHTTPS CheckType = "https"
+	CheckUDP   CheckType = "udp"
+	CheckDNS   CheckType = "dns"
+	CheckExec  CheckType = "exec"
+)
+
+// HealthCheck defines how real servers are checked.
+type HealthCheck struct {
+	Type     CheckType
+	Interval time.Duration
+	Timeout  time.Duration
+	Rise     int
+	Fall     int
+	// InitialHealthy is the state of a newly configured real server.
+	InitialHealthy bool
+	// Port overrides the real server's port for the check; 0 uses it.
+	Port uint16
+	// SourceAddress is the local address checks are sent from; zero lets
+	// the kernel choose.
+	SourceAddress netip.Addr
+
+	// http, https
+	Path          string
+	Host          string
+	ExpectStatus  []StatusRange
+	ExpectBody    string
+	TLSServerName string
+	TLSVerify     bool
+
+	// udp
+	Payload []byte
+	Expect  []byte
+
+	// dns
+	QueryName    string
+	QueryType    string
+	ExpectRcode  string
+	ExpectAnswer string
+
+	// exec
+	Command []string
+	User    string
+
+	Pos Pos
+}
+
+// StatusRange is an inclusive range of HTTP status codes.
+type StatusRange struct{ Min, Max int }
+
+// Contains reports whether code is in the range.
+func (r StatusRange) Contains(code int) bool { return code >= r.Min && code <= r.Max }
