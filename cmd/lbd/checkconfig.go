@@ -1,0 +1,47 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/lbdproject/lbd/config"
+)
+
+func newCheckConfigCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "check-config [PATH]",
+		Short: "Validate the configuration without touching the kernel",
+		Long: `Validate the configuration the daemon would load: PATH (default
+` + config.DefaultPath + `) and every *.toml file in the conf.d directory
+beside it. Every problem is reported with file:line:column, what is wrong
+and what is accepted. Exit status: 0 valid, 1 invalid, 2 usage error.`,
+		Example: "  lbd check-config\n  lbd check-config /tmp/staging/lbd.toml",
+		Args:    cobra.MaximumNArgs(1),
+		RunE: func(c *cobra.Command, args []string) error {
+			path := config.DefaultPath
+			if len(args) == 1 {
+				path = args[0]
+			}
+			cfg, err := config.Load(path)
+			if err != nil {
+				var list config.ErrorList
+				if errors.As(err, &list) {
+					return &exitError{code: 1, err: fmt.Errorf("configuration is invalid: %w", list)}
+				}
+				return &exitError{code: 1, err: err}
+			}
+			reals := 0
+			for _, s := range cfg.Services {
+				reals += len(s.RealServers)
+			}
+			fmt.Fprintf(c.OutOrStdout(), "configuration is valid: %d services, %d static real servers, from %d files:\n",
+				len(cfg.Services), reals, len(cfg.Files))
+			for _, f := range cfg.Files {
+				fmt.Fprintf(c.OutOrStdout(), "  %s\n", f)
+			}
+			return nil
+		},
+	}
+}
