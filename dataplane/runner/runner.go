@@ -1,0 +1,178 @@
+// Package runner runs a sync function at a bounded frequency, in the manner
+// of kube-proxy's BoundedFrequencyRunner: requests coalesce, syncs run at
+// most once per MinInterval (after a small burst), at least once per
+// MaxInterval, and a failed sync is retried with exponential backoff.
+//
+// Unlike kube-proxy's, the sync function returns its error, so retries
+// actually happen, and it is told why it runs: periodic syncs and retries
+// are full reconciles against a kernel dump, requested ones may apply a
+// diff against what was last written.
+package runner
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"golang.org/x/time/rate"
+)
+
+// Reason says why a sync runs.
+type Reason int
+
+const (
+	// Requested: Run was called (a configuration, discovery or health change).
+	Requested Reason = iota
+	// Periodic: MaxInterval passed without a sync.
+	Periodic
+	// Retry: the previous sync failed.
+	Retry
+)
+
+func (r Reason) String() string {
+	switch r {
+	case Requested:
+		return "requested"
+	case Periodic:
+		return "periodic"
+	case Retry:
+		return "retry"
+	}
+	return "unknown"
+}
+
+// Full reports whether a sync for this reason should reconcile against a
+// fresh dump of the kernel rather than trust what it last wrote.
+func (r Reason) Full() bool { return r != Requested }
+
+// SyncFunc does one sync. Its error schedules a retry.
+type SyncFunc func(ctx context.Context, why Reason) error
+
+// Options configures a Runner. Zero values take the defaults noted.
+type Options struct {
+	MinInterval time.Duration // default 1s
+	MaxInterval time.Duration // default 30s
+	Burst       int           // default 2
+	RetryMin    time.Duration // first retry delay; default 1s
+	RetryMax    time.Duration // longest retry delay; default min(MaxInterval, 30s)
+	Logger      *slog.Logger
+}
+
+// Runner is a bounded-frequency sync loop. Create it with New, start Loop
+// in one goroutine, call Run from anywhere.
+type Runner struct {
+	fn      SyncFunc
+	opts    Options
+	limiter *rate.Limiter
+	// requests holds at most one pending Run: further calls coalesce.
+	requests chan struct{}
+}
+
+// New returns a Runner for fn.
+func New(fn SyncFunc, opts Options) *Runner {
+	if opts.MinInterval < 0 {
+		opts.MinInterval = 0
+	}
+	if opts.MaxInterval <= 0 {
+		opts.MaxInterval = 30 * time.Second
+	}
+	if opts.Burst <= 0 {
+		opts.Burst = 2
+	}
+	if opts.RetryMin <= 0 {
+		opts.RetryMin = time.Second
+	}
+	if opts.RetryMax <= 0 {
+		opts.RetryMax = min(opts.MaxInterval, 30*time.Second)
+	}
+	opts.RetryMax = max(opts.RetryMax, opts.RetryMin)
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	limit := rate.Inf
+	if opts.MinInterval > 0 {
+		limit = rate.Every(opts.MinInterval)
+	}
+	return &Runner{
+		fn:       fn,
+		opts:     opts,
+		limiter:  rate.NewLimiter(limit, opts.Burst),
+		requests: make(chan struct{}, 1),
+	}
+}
+
+// Run asks for a sync soon. It never blocks; requests made while one is
+// pending or a sync is running coalesce into one more sync.
+func (r *Runner) Run() {
+	select {
+	case r.requests <- struct{}{}:
+	default:
+	}
+}
+
+// Loop runs syncs until ctx is done. It does not sync before the first Run
+// or the first MaxInterval, so the caller decides when the state is
+// complete enough to apply.
+func (r *Runner) Loop(ctx context.Context) {
+	periodic := time.NewTimer(r.opts.MaxInterval)
+	defer periodic.Stop()
+	retry := time.NewTimer(0)
+	retry.Stop()
+	defer retry.Stop()
+	backoff := time.Duration(0)
+
+	for {
+		var why Reason
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.requests:
+			why = Requested
+		case <-periodic.C:
+			why = Periodic
+		case <-retry.C:
+			why = Retry
+		}
+		if !r.wait(ctx) {
+			return
+		}
+		// The sync about to run covers any request made while waiting.
+		select {
+		case <-r.requests:
+		default:
+		}
+		if backoff > 0 && why == Requested {
+			why = Retry // after a failure, trust no cache
+		}
+
+		err := r.fn(ctx, why)
+		periodic.Reset(r.opts.MaxInterval)
+		if err == nil {
+			backoff = 0
+			retry.Stop()
+			continue
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		backoff = min(max(2*backoff, r.opts.RetryMin), r.opts.RetryMax)
+		r.opts.Logger.Warn("sync failed; retrying", "reason", why.String(), "retry_in", backoff, "error", err)
+		retry.Reset(backoff)
+	}
+}
+
+// wait blocks until the rate limit allows a sync; false if ctx ended.
+func (r *Runner) wait(ctx context.Context) bool {
+	d := r.limiter.Reserve().Delay()
+	if d <= 0 {
+		return true
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

@@ -1,0 +1,100 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+// recorder is a SyncFunc that notes when and why it ran, failing the runs
+// listed in fail (by 0-based index).
+type recorder struct {
+	start time.Time
+	runs  []string
+	fail  []int
+}
+
+func (r *recorder) sync(_ context.Context, why Reason) error {
+	n := len(r.runs)
+	r.runs = append(r.runs, fmt.Sprintf("%s@%s", why, time.Since(r.start)))
+	if slices.Contains(r.fail, n) {
+		return errors.New("kernel said no")
+	}
+	return nil
+}
+
+// step is one action of a scenario: Run() calls, then time passing.
+type step struct {
+	runs    int
+	advance time.Duration
+}
+
+func TestRunner(t *testing.T) {
+	opts := Options{MinInterval: time.Second, MaxInterval: 10 * time.Second, Burst: 2, RetryMin: time.Second, RetryMax: 4 * time.Second}
+	tests := []struct {
+		name  string
+		fail  []int
+		steps []step
+		want  []string
+	}{
+		{"nothing before the first request or period",
+			nil, []step{{0, 9 * time.Second}}, nil},
+		{"requests coalesce into one sync",
+			nil, []step{{10, 500 * time.Millisecond}}, []string{"requested@0s"}},
+		{"burst, then at most one per MinInterval",
+			nil, []step{{1, 0}, {1, 0}, {1, 0}, {0, 1500 * time.Millisecond}, {1, 0}, {0, 2 * time.Second}},
+			[]string{"requested@0s", "requested@0s", "requested@1s", "requested@2s"}},
+		{"requests during the rate-limit wait are covered by the sync that follows it",
+			nil, []step{{1, 0}, {1, 0}, {1, 100 * time.Millisecond}, {5, 3 * time.Second}},
+			[]string{"requested@0s", "requested@0s", "requested@1s"}},
+		{"periodic full syncs when nothing is requested",
+			nil, []step{{0, 25 * time.Second}}, []string{"periodic@10s", "periodic@20s"}},
+		{"a request postpones the periodic sync",
+			nil, []step{{0, 5 * time.Second}, {1, 12 * time.Second}}, []string{"requested@5s", "periodic@15s"}},
+		{"failures retry with doubling backoff up to RetryMax, then reset",
+			[]int{0, 1, 2, 3}, []step{{1, 20 * time.Second}, {1, 0}},
+			[]string{"requested@0s", "retry@1s", "retry@3s", "retry@7s", "retry@11s", "requested@20s"}},
+		{"a request after a failure is a full sync",
+			[]int{0}, []step{{1, 500 * time.Millisecond}, {1, 5 * time.Second}},
+			[]string{"requested@0s", "retry@500ms"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				rec := &recorder{start: time.Now(), fail: tt.fail}
+				r := New(rec.sync, opts)
+				ctx, cancel := context.WithCancel(t.Context())
+				done := make(chan struct{})
+				go func() { r.Loop(ctx); close(done) }()
+				for _, s := range tt.steps {
+					for range s.runs {
+						r.Run() // back to back: these coalesce
+					}
+					synctest.Wait()
+					time.Sleep(s.advance)
+					synctest.Wait()
+				}
+				cancel()
+				<-done
+				if !slices.Equal(rec.runs, tt.want) {
+					t.Errorf("syncs %v\nwant  %v", rec.runs, tt.want)
+				}
+			})
+		})
+	}
+}
+
+func TestReasonFull(t *testing.T) {
+	for _, tt := range []struct {
+		r    Reason
+		full bool
+	}{{Requested, false}, {Periodic, true}, {Retry, true}} {
+		if tt.r.Full() != tt.full {
+			t.Errorf("%s.Full() = %v", tt.r, !tt.full)
+		}
+	}
+}
