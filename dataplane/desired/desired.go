@@ -1,0 +1,192 @@
+// Package desired computes the complete kernel state lbd wants from the
+// configuration, discovered real servers and their health. It is a pure
+// function: no kernel, no clock, no I/O, so that `lbd plan` and the sync
+// runner agree by construction and the logic is table-tested directly.
+package desired
+
+import (
+	"cmp"
+	"fmt"
+	"net/netip"
+	"slices"
+
+	"github.com/lbdproject/lbd/config"
+)
+
+// IPVS service flags (include/uapi/linux/ip_vs.h).
+const (
+	FlagPersistent = 0x1
+	FlagSched1     = 0x8  // sh-fallback, mh-fallback
+	FlagSched2     = 0x10 // sh-port, mh-port
+)
+
+var schedFlagBits = map[string]uint32{
+	"sh-fallback": FlagSched1, "mh-fallback": FlagSched1,
+	"sh-port": FlagSched2, "mh-port": FlagSched2,
+}
+
+// Key identifies an IPVS virtual server.
+type Key struct {
+	Addr     netip.Addr
+	Port     uint16
+	Protocol config.Protocol
+}
+
+func (k Key) String() string {
+	return fmt.Sprintf("%s/%s", netip.AddrPortFrom(k.Addr, k.Port), k.Protocol)
+}
+
+// Compare orders keys by address, port, then protocol.
+func (k Key) Compare(o Key) int {
+	return cmp.Or(k.Addr.Compare(o.Addr), cmp.Compare(k.Port, o.Port), cmp.Compare(k.Protocol, o.Protocol))
+}
+
+// Service is one IPVS virtual server with its destinations.
+type Service struct {
+	Key       Key
+	Scheduler string
+	// Flags are the IPVS flags lbd sets; the kernel adds others (hashed).
+	Flags uint32
+	// Timeout is the persistence timeout in seconds (0: not persistent).
+	Timeout uint32
+	// Netmask groups clients for persistence: a mask for IPv4, a prefix
+	// length for IPv6, as IPVS takes them.
+	Netmask uint32
+	Dests   []Dest // sorted by address
+
+	// Name is the lbd service this virtual server belongs to.
+	Name string
+	// Source is where the service was configured.
+	Source string
+}
+
+// Dest is one IPVS destination (always NAT/masquerading).
+type Dest struct {
+	Addr   netip.AddrPort
+	Weight int
+	// Source is where the real server comes from (a file position, or
+	// "consul:NAME").
+	Source string
+}
+
+// State is everything lbd wants in the kernel.
+type State struct {
+	Services []Service    // sorted by key
+	VIPs     []netip.Addr // addresses to bind on the dummy interface, sorted
+}
+
+// HealthKey identifies one real server of one service for health.
+type HealthKey struct {
+	Service string
+	Addr    netip.AddrPort
+}
+
+// Input is what Compute works from.
+type Input struct {
+	Config *config.Config
+	// Discovered holds real servers found by discovery (Consul), by lbd
+	// service name, in addition to the configured ones.
+	Discovered map[string][]config.RealServer
+	// Health holds known health results. A real server without an entry
+	// gets its check's initial state (healthy with type "none").
+	Health map[HealthKey]bool
+}
+
+// Compute returns the desired state for in.
+func Compute(in Input) State {
+	var st State
+	vips := map[netip.Addr]bool{}
+	for i := range in.Config.Services {
+		s := &in.Config.Services[i]
+		dests := destinations(s, in)
+		for _, vip := range s.VIPs {
+			st.Services = append(st.Services, virtualServer(s, vip, dests))
+			if s.Announce == config.AnnounceRoute || s.Announce == config.AnnounceARP {
+				vips[vip] = true
+			}
+		}
+	}
+	slices.SortFunc(st.Services, func(a, b Service) int { return a.Key.Compare(b.Key) })
+	for v := range vips {
+		st.VIPs = append(st.VIPs, v)
+	}
+	slices.SortFunc(st.VIPs, netip.Addr.Compare)
+	return st
+}
+
+func virtualServer(s *config.Service, vip netip.Addr, dests []Dest) Service {
+	v := Service{
+		Key:       Key{Addr: vip, Port: s.Port, Protocol: s.Protocol},
+		Scheduler: s.Scheduler,
+		Dests:     dests,
+		Name:      s.Name,
+		Source:    s.Pos.String(),
+	}
+	for _, f := range s.SchedulerFlags {
+		v.Flags |= schedFlagBits[f]
+	}
+	if s.SessionAffinity {
+		v.Flags |= FlagPersistent
+		v.Timeout = uint32(s.SessionAffinityTimeout.Seconds())
+		v.Netmask = 0xffffffff
+		if vip.Is6() {
+			v.Netmask = 128
+		}
+	}
+	return v
+}
+
+// destinations applies health, on_unhealthy and the quorum rules to the
+// service's real servers.
+func destinations(s *config.Service, in Input) []Dest {
+	reals := slices.Concat(s.RealServers, in.Discovered[s.Name])
+	healthy := 0
+	up := make([]bool, len(reals))
+	for i, r := range reals {
+		up[i] = isHealthy(s.Name, r, in.Health)
+		if up[i] && r.Weight > 0 {
+			healthy++
+		}
+	}
+	var out []Dest
+	switch {
+	case healthy >= s.Quorum || s.QuorumFallback == config.QuorumHealthy:
+		for i, r := range reals {
+			switch {
+			case up[i]:
+				out = append(out, dest(r, r.Weight))
+			case s.OnUnhealthy == config.Drain:
+				out = append(out, dest(r, 0))
+			}
+		}
+	case s.QuorumFallback == config.QuorumSorry && s.SorryServer != nil:
+		// Real servers stay at weight 0 so that established connections
+		// finish and they come back without a delete and re-add.
+		for _, r := range reals {
+			out = append(out, dest(r, 0))
+		}
+		out = append(out, Dest{Addr: *s.SorryServer, Weight: 1, Source: "sorry_server of " + s.Name})
+	default: // QuorumKeep: the checks are more likely wrong than every server
+		for _, r := range reals {
+			out = append(out, dest(r, r.Weight))
+		}
+	}
+	slices.SortStableFunc(out, func(a, b Dest) int { return a.Addr.Compare(b.Addr) })
+	// A sorry server may also be a real server: keep one entry, the
+	// real server's.
+	return slices.CompactFunc(out, func(a, b Dest) bool { return a.Addr == b.Addr })
+}
+
+func dest(r config.RealServer, weight int) Dest {
+	return Dest{Addr: r.AddrPort(), Weight: weight, Source: r.Pos.String()}
+}
+
+func isHealthy(service string, r config.RealServer, health map[HealthKey]bool) bool {
+	if r.HealthCheck.Type == config.CheckNone {
+		return true
+	}
+	if h, ok := health[HealthKey{service, r.AddrPort()}]; ok {
+		return h
+	}
+	return r.HealthCheck.InitialHealthy
+}

@@ -1,0 +1,168 @@
+package desired
+
+import (
+	"net/netip"
+	"strings"
+	"testing"
+
+	"github.com/lbdproject/lbd/config"
+)
+
+func parse(t *testing.T, text string) *config.Config {
+	t.Helper()
+	cfg, err := config.Parse([]string{"lbd.toml"}, [][]byte{[]byte(text)})
+	if err != nil {
+		t.Fatalf("test config: %v", err)
+	}
+	return cfg
+}
+
+func hk(service, addr string) HealthKey {
+	return HealthKey{service, netip.MustParseAddrPort(addr)}
+}
+
+const twoReals = `
+[[service]]
+name = "web"
+vips = ["192.0.2.10"]
+port = 80
+%s
+[[service.real_server]]
+address = "10.0.0.1"
+weight = 3
+[[service.real_server]]
+address = "10.0.0.2"
+port = 8080
+`
+
+func TestCompute(t *testing.T) {
+	tests := []struct {
+		name       string
+		config     string
+		health     map[HealthKey]bool
+		discovered map[string][]config.RealServer
+		want       string // ipvsadm -Sn form
+		wantVIPs   string
+	}{
+		{"weights and ports; unknown health takes the initial state",
+			strings.Replace(twoReals, "%s", "", 1), nil, nil,
+			"-A -t 192.0.2.10:80 -s wrr\n-a -t 192.0.2.10:80 -r 10.0.0.1:80 -m -w 3\n-a -t 192.0.2.10:80 -r 10.0.0.2:8080 -m -w 1\n",
+			"192.0.2.10"},
+		{"unhealthy real server is drained by default",
+			strings.Replace(twoReals, "%s", "", 1), map[HealthKey]bool{hk("web", "10.0.0.1:80"): false, hk("web", "10.0.0.2:8080"): true}, nil,
+			"-A -t 192.0.2.10:80 -s wrr\n-a -t 192.0.2.10:80 -r 10.0.0.1:80 -m -w 0\n-a -t 192.0.2.10:80 -r 10.0.0.2:8080 -m -w 1\n",
+			"192.0.2.10"},
+		{"unhealthy real server is removed with on_unhealthy = remove",
+			strings.Replace(twoReals, "%s", `on_unhealthy = "remove"`, 1), map[HealthKey]bool{hk("web", "10.0.0.1:80"): false}, nil,
+			"-A -t 192.0.2.10:80 -s wrr\n-a -t 192.0.2.10:80 -r 10.0.0.2:8080 -m -w 1\n",
+			"192.0.2.10"},
+		{"initial_state unhealthy keeps new real servers out until checked",
+			strings.Replace(twoReals, "%s", "[service.health_check]\ninitial_state = \"unhealthy\"", 1), map[HealthKey]bool{hk("web", "10.0.0.2:8080"): true}, nil,
+			"-A -t 192.0.2.10:80 -s wrr\n-a -t 192.0.2.10:80 -r 10.0.0.1:80 -m -w 0\n-a -t 192.0.2.10:80 -r 10.0.0.2:8080 -m -w 1\n",
+			"192.0.2.10"},
+		{"type none ignores health results",
+			strings.Replace(twoReals, "%s", "[service.health_check]\ntype = \"none\"", 1), map[HealthKey]bool{hk("web", "10.0.0.1:80"): false}, nil,
+			"-A -t 192.0.2.10:80 -s wrr\n-a -t 192.0.2.10:80 -r 10.0.0.1:80 -m -w 3\n-a -t 192.0.2.10:80 -r 10.0.0.2:8080 -m -w 1\n",
+			"192.0.2.10"},
+		{"below quorum, the sorry server serves and real servers drain",
+			strings.Replace(twoReals, "%s", `quorum = 2
+sorry_server = "10.0.0.99:80"`, 1), map[HealthKey]bool{hk("web", "10.0.0.1:80"): false}, nil,
+			"-A -t 192.0.2.10:80 -s wrr\n-a -t 192.0.2.10:80 -r 10.0.0.1:80 -m -w 0\n-a -t 192.0.2.10:80 -r 10.0.0.2:8080 -m -w 0\n-a -t 192.0.2.10:80 -r 10.0.0.99:80 -m -w 1\n",
+			"192.0.2.10"},
+		{"at quorum, the sorry server is not used",
+			strings.Replace(twoReals, "%s", `quorum = 2
+sorry_server = "10.0.0.99:80"`, 1), nil, nil,
+			"-A -t 192.0.2.10:80 -s wrr\n-a -t 192.0.2.10:80 -r 10.0.0.1:80 -m -w 3\n-a -t 192.0.2.10:80 -r 10.0.0.2:8080 -m -w 1\n",
+			"192.0.2.10"},
+		{"below quorum with keep, every real server keeps its weight",
+			strings.Replace(twoReals, "%s", `quorum = 2
+quorum_fallback = "keep"`, 1), map[HealthKey]bool{hk("web", "10.0.0.1:80"): false}, nil,
+			"-A -t 192.0.2.10:80 -s wrr\n-a -t 192.0.2.10:80 -r 10.0.0.1:80 -m -w 3\n-a -t 192.0.2.10:80 -r 10.0.0.2:8080 -m -w 1\n",
+			"192.0.2.10"},
+		{"below quorum with healthy, only healthy ones serve",
+			strings.Replace(twoReals, "%s", `quorum = 2
+on_unhealthy = "remove"`, 1), map[HealthKey]bool{hk("web", "10.0.0.1:80"): false}, nil,
+			"-A -t 192.0.2.10:80 -s wrr\n-a -t 192.0.2.10:80 -r 10.0.0.2:8080 -m -w 1\n",
+			"192.0.2.10"},
+		{"discovered real servers join the configured ones",
+			strings.Replace(twoReals, "%s", "", 1), nil,
+			map[string][]config.RealServer{"web": {{Address: netip.MustParseAddr("10.0.0.3"), Port: 80, Weight: 5, HealthCheck: config.HealthCheck{Type: config.CheckNone}, Pos: config.Pos{File: "consul:web"}}}},
+			"-A -t 192.0.2.10:80 -s wrr\n-a -t 192.0.2.10:80 -r 10.0.0.1:80 -m -w 3\n-a -t 192.0.2.10:80 -r 10.0.0.2:8080 -m -w 1\n-a -t 192.0.2.10:80 -r 10.0.0.3:80 -m -w 5\n",
+			"192.0.2.10"},
+		{"several VIPs, UDP, persistence and scheduler flags, IPv6",
+			`
+[[service]]
+name = "dns"
+vips = ["192.0.2.54", "192.0.2.53"]
+port = 53
+protocol = "udp"
+scheduler = "sh"
+scheduler_flags = ["sh-port", "sh-fallback"]
+real_server = [{ address = "10.0.0.5" }]
+[[service]]
+name = "v6"
+vips = ["2001:db8::10"]
+port = 443
+scheduler = "rr"
+session_affinity = true
+real_server = [{ address = "2001:db8:1::5" }]
+[[service]]
+name = "sticky"
+vips = ["192.0.2.53"]
+port = 80
+session_affinity = true
+session_affinity_timeout = "10m"
+`, nil, nil,
+			`-A -u 192.0.2.53:53 -s sh -b sh-fallback,sh-port
+-a -u 192.0.2.53:53 -r 10.0.0.5:53 -m -w 1
+-A -t 192.0.2.53:80 -s wrr -p 600
+-A -u 192.0.2.54:53 -s sh -b sh-fallback,sh-port
+-a -u 192.0.2.54:53 -r 10.0.0.5:53 -m -w 1
+-A -t [2001:db8::10]:443 -s rr -p 10800
+-a -t [2001:db8::10]:443 -r [2001:db8:1::5]:443 -m -w 1
+`,
+			"192.0.2.53 192.0.2.54 2001:db8::10"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			st := Compute(Input{Config: parse(t, tt.config), Health: tt.health, Discovered: tt.discovered})
+			var b strings.Builder
+			if err := WriteIPVS(&b, st); err != nil {
+				t.Fatal(err)
+			}
+			if b.String() != tt.want {
+				t.Errorf("got:\n%s\nwant:\n%s", b.String(), tt.want)
+			}
+			var vips []string
+			for _, v := range st.VIPs {
+				vips = append(vips, v.String())
+			}
+			if got := strings.Join(vips, " "); got != tt.wantVIPs {
+				t.Errorf("VIPs %q, want %q", got, tt.wantVIPs)
+			}
+		})
+	}
+}
+
+func TestComputeKeepsProvenanceAndMasks(t *testing.T) {
+	st := Compute(Input{Config: parse(t, `
+[[service]]
+name = "v6"
+vips = ["2001:db8::10"]
+port = 443
+session_affinity = true
+real_server = [{ address = "2001:db8:1::5" }]
+[[service]]
+name = "v4"
+vips = ["192.0.2.1"]
+port = 443
+session_affinity = true
+`)})
+	v4, v6 := st.Services[0], st.Services[1]
+	if v6.Netmask != 128 || v4.Netmask != 0xffffffff || v4.Flags != FlagPersistent {
+		t.Errorf("netmasks v4 %#x v6 %d flags %#x", v4.Netmask, v6.Netmask, v4.Flags)
+	}
+	if v6.Name != "v6" || v6.Source != "lbd.toml:2:1" || v6.Dests[0].Source != "lbd.toml:7:16" {
+		t.Errorf("provenance: service %q from %q, dest from %q", v6.Name, v6.Source, v6.Dests[0].Source)
+	}
+}
