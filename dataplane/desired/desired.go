@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"time"
 
 	"github.com/lbdproject/lbd/config"
 )
@@ -53,6 +54,9 @@ type Service struct {
 	// length for IPv6, as IPVS takes them.
 	Netmask uint32
 	Dests   []Dest // sorted by address
+	// DrainTimeout bounds how long a destination that leaves the service
+	// keeps weight 0 for its connections before it is deleted.
+	DrainTimeout time.Duration
 
 	// Name is the lbd service this virtual server belongs to.
 	Name string
@@ -116,11 +120,12 @@ func Compute(in Input) State {
 
 func virtualServer(s *config.Service, vip netip.Addr, dests []Dest) Service {
 	v := Service{
-		Key:       Key{Addr: vip, Port: s.Port, Protocol: s.Protocol},
-		Scheduler: s.Scheduler,
-		Dests:     dests,
-		Name:      s.Name,
-		Source:    s.Pos.String(),
+		Key:          Key{Addr: vip, Port: s.Port, Protocol: s.Protocol},
+		Scheduler:    s.Scheduler,
+		Dests:        dests,
+		DrainTimeout: s.DrainTimeout,
+		Name:         s.Name,
+		Source:       s.Pos.String(),
 	}
 	for _, f := range s.SchedulerFlags {
 		v.Flags |= schedFlagBits[f]

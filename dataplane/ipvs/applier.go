@@ -1,0 +1,296 @@
+// Package ipvs keeps the kernel's IPVS table in step with the desired
+// virtual servers: it diffs against a cache of what it last wrote (or, on a
+// full sync, against one dump of the kernel), writes only the difference,
+// drains removed destinations gracefully, and touches only the virtual
+// servers lbd owns.
+package ipvs
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"net/netip"
+	"slices"
+	"time"
+
+	"github.com/lbdproject/lbd/config"
+	"github.com/lbdproject/lbd/dataplane/desired"
+)
+
+// Service is a virtual server as the kernel holds it.
+type Service struct {
+	Key       desired.Key
+	Scheduler string
+	Flags     uint32
+	Timeout   uint32
+	Netmask   uint32
+	Dests     []Dest
+}
+
+// Dest is a destination as the kernel holds it. Connection counts are
+// filled by dumps and ignored by writes.
+type Dest struct {
+	Addr          netip.AddrPort
+	Weight        int
+	ActiveConns   int
+	InactiveConns int
+}
+
+// Kernel is the IPVS table. Dump returns every virtual server with its
+// destinations in one pass; the writes are one kernel message each.
+type Kernel interface {
+	Dump() ([]Service, error)
+	AddService(Service) error
+	UpdateService(Service) error
+	DeleteService(desired.Key) error
+	AddDest(desired.Key, Dest) error
+	UpdateDest(desired.Key, Dest) error
+	DeleteDest(desired.Key, netip.AddrPort) error
+}
+
+// Ledger remembers which virtual servers lbd owns, across restarts, so
+// that lbd deletes only what it created or adopted.
+type Ledger interface {
+	Owned() (map[desired.Key]bool, error)
+	SetOwned(map[desired.Key]bool) error
+}
+
+// Stats counts the kernel work of one Apply.
+type Stats struct {
+	Dumps  int
+	Writes int
+}
+
+// Result is what one Apply reached.
+type Result struct {
+	Stats
+	// Draining lists destinations kept at weight 0 until their connections
+	// end or their drain timeout passes.
+	Draining int
+	// DeletedUDP lists UDP destinations deleted, whose conntrack entries
+	// should go too so that clients do not keep sending to them.
+	DeletedUDP []netip.AddrPort
+}
+
+// Applier applies desired virtual servers to a Kernel. It is not safe for
+// concurrent use: the sync runner serialises calls.
+type Applier struct {
+	k      Kernel
+	ledger Ledger
+	cache  map[desired.Key]*entry
+	// valid is false until a dump succeeded and after any failed write:
+	// then the cache cannot be trusted and the next Apply dumps.
+	valid bool
+}
+
+type entry struct {
+	svc   Service // attributes only; destinations are in dests
+	dests map[netip.AddrPort]*destState
+}
+
+type destState struct {
+	weight   int
+	conns    int       // active + inactive at the last dump
+	draining time.Time // when it left the desired state; zero if it has not
+}
+
+// New returns an Applier for k that records ownership in ledger.
+func New(k Kernel, ledger Ledger) *Applier {
+	return &Applier{k: k, ledger: ledger}
+}
+
+func fromDesired(s desired.Service) Service {
+	return Service{Key: s.Key, Scheduler: s.Scheduler, Flags: s.Flags, Timeout: s.Timeout, Netmask: s.Netmask}
+}
+
+func sameAttrs(a, b Service) bool {
+	return a.Scheduler == b.Scheduler && a.Flags == b.Flags && a.Timeout == b.Timeout && a.Netmask == b.Netmask
+}
+
+// Apply makes the kernel hold want. With full it first dumps the kernel and
+// repairs any drift; otherwise it trusts what it last wrote. Errors of one
+// virtual server do not stop the others; all are returned, joined.
+func (a *Applier) Apply(want []desired.Service, full bool) (Result, error) {
+	var res Result
+	owned, err := a.ledger.Owned()
+	if err != nil {
+		return res, fmt.Errorf("reading owned IPVS services: %w", err)
+	}
+	freshConns := false
+	if full || !a.valid {
+		if err := a.refresh(owned, want); err != nil {
+			return res, err
+		}
+		res.Dumps++
+		freshConns = true
+	}
+	// Record ownership before creating anything, so that a crash between
+	// the two can leave nothing lbd would not later remove.
+	next := make(map[desired.Key]bool, len(owned)+len(want))
+	maps.Copy(next, owned)
+	for _, s := range want {
+		next[s.Key] = true
+	}
+	if len(next) != len(owned) {
+		if err := a.ledger.SetOwned(next); err != nil {
+			return res, fmt.Errorf("recording owned IPVS services: %w", err)
+		}
+	}
+	stored := maps.Clone(next)
+
+	var errs []error
+	note := func(err error, format string, args ...any) bool {
+		res.Writes++
+		if err != nil {
+			a.valid = false
+			errs = append(errs, fmt.Errorf(format+": %w", append(args, err)...))
+			return false
+		}
+		return true
+	}
+	now := time.Now()
+	wanted := make(map[desired.Key]bool, len(want))
+	for _, s := range want {
+		wanted[s.Key] = true
+		a.applyService(s, now, freshConns, &res, note)
+	}
+	for key, e := range a.cache {
+		if wanted[key] || !next[key] {
+			continue
+		}
+		if note(a.k.DeleteService(key), "deleting virtual server %s", key) {
+			delete(a.cache, key)
+			if key.Protocol == config.UDP {
+				res.DeletedUDP = slices.AppendSeq(res.DeletedUDP, maps.Keys(e.dests))
+			}
+		}
+	}
+	// Forget owned services that are neither wanted nor in the kernel.
+	for key := range next {
+		if _, inKernel := a.cache[key]; !wanted[key] && !inKernel {
+			delete(next, key)
+		}
+	}
+	if !maps.Equal(next, stored) {
+		if err := a.ledger.SetOwned(next); err != nil {
+			errs = append(errs, fmt.Errorf("recording owned IPVS services: %w", err))
+		}
+	}
+	return res, errors.Join(errs...)
+}
+
+type noteFunc func(err error, format string, args ...any) bool
+
+func (a *Applier) applyService(s desired.Service, now time.Time, freshConns bool, res *Result, note noteFunc) {
+	where := fmt.Sprintf("virtual server %s (service %s at %s)", s.Key, s.Name, s.Source)
+	e := a.cache[s.Key]
+	switch {
+	case e == nil:
+		svc := fromDesired(s)
+		if !note(a.k.AddService(svc), "adding %s", where) {
+			return
+		}
+		e = &entry{svc: svc, dests: map[netip.AddrPort]*destState{}}
+		a.cache[s.Key] = e
+	case !sameAttrs(e.svc, fromDesired(s)):
+		svc := fromDesired(s)
+		if !note(a.k.UpdateService(svc), "updating %s", where) {
+			return
+		}
+		e.svc = svc
+	}
+
+	wantDests := make(map[netip.AddrPort]bool, len(s.Dests))
+	for _, d := range s.Dests {
+		wantDests[d.Addr] = true
+		ds := e.dests[d.Addr]
+		switch {
+		case ds == nil:
+			if note(a.k.AddDest(s.Key, Dest{Addr: d.Addr, Weight: d.Weight}), "adding real server %s (from %s) to %s", d.Addr, d.Source, where) {
+				e.dests[d.Addr] = &destState{weight: d.Weight}
+			}
+		case ds.weight != d.Weight:
+			if note(a.k.UpdateDest(s.Key, Dest{Addr: d.Addr, Weight: d.Weight}), "setting weight %d of real server %s in %s", d.Weight, d.Addr, where) {
+				ds.weight, ds.draining = d.Weight, time.Time{}
+			}
+		default:
+			ds.draining = time.Time{} // back in the desired state: drain over
+		}
+	}
+	for _, addr := range slices.SortedFunc(maps.Keys(e.dests), netip.AddrPort.Compare) {
+		if wantDests[addr] {
+			continue
+		}
+		ds := e.dests[addr]
+		deleteNow := s.Key.Protocol == config.UDP || s.DrainTimeout == 0 ||
+			(!ds.draining.IsZero() && (now.Sub(ds.draining) >= s.DrainTimeout || freshConns && ds.conns == 0))
+		if deleteNow {
+			if note(a.k.DeleteDest(s.Key, addr), "deleting real server %s from %s", addr, where) {
+				delete(e.dests, addr)
+				if s.Key.Protocol == config.UDP {
+					res.DeletedUDP = append(res.DeletedUDP, addr)
+				}
+			}
+			continue
+		}
+		if ds.weight != 0 {
+			if !note(a.k.UpdateDest(s.Key, Dest{Addr: addr, Weight: 0}), "draining real server %s of %s", addr, where) {
+				continue
+			}
+			ds.weight = 0
+		}
+		if ds.draining.IsZero() {
+			ds.draining = now
+		}
+		res.Draining++
+	}
+}
+
+// refresh replaces the cache with a dump of the kernel, keeping what lbd
+// owns or wants and the drain state of destinations still there.
+func (a *Applier) refresh(owned map[desired.Key]bool, want []desired.Service) error {
+	dump, err := a.k.Dump()
+	if err != nil {
+		a.valid = false
+		return fmt.Errorf("dumping IPVS: %w", err)
+	}
+	relevant := make(map[desired.Key]bool, len(owned)+len(want))
+	maps.Copy(relevant, owned)
+	for _, s := range want {
+		relevant[s.Key] = true
+	}
+	cache := make(map[desired.Key]*entry, len(dump))
+	for _, s := range dump {
+		if !relevant[s.Key] {
+			continue // not lbd's: never touched
+		}
+		e := &entry{svc: s, dests: make(map[netip.AddrPort]*destState, len(s.Dests))}
+		e.svc.Dests = nil
+		for _, d := range s.Dests {
+			ds := &destState{weight: d.Weight, conns: d.ActiveConns + d.InactiveConns}
+			if old, ok := a.cache[s.Key]; ok {
+				if o, ok := old.dests[d.Addr]; ok {
+					ds.draining = o.draining
+				}
+			}
+			e.dests[d.Addr] = ds
+		}
+		cache[s.Key] = e
+	}
+	a.cache, a.valid = cache, true
+	return nil
+}
+
+// KernelWeights returns the weight each destination has in the kernel as
+// far as the applier knows, for status and for seeding health on start.
+func (a *Applier) KernelWeights() map[desired.Key]map[netip.AddrPort]int {
+	out := make(map[desired.Key]map[netip.AddrPort]int, len(a.cache))
+	for k, e := range a.cache {
+		m := make(map[netip.AddrPort]int, len(e.dests))
+		for addr, d := range e.dests {
+			m[addr] = d.weight
+		}
+		out[k] = m
+	}
+	return out
+}

@@ -1,0 +1,170 @@
+// Package fakeipvs is a strict in-memory IPVS table for tests of code that
+// drives IPVS: it refuses what the kernel refuses (adding what exists,
+// changing or deleting what does not) and counts every call.
+package fakeipvs
+
+import (
+	"fmt"
+	"maps"
+	"net/netip"
+	"slices"
+	"strings"
+	"syscall"
+
+	"github.com/lbdproject/lbd/dataplane/desired"
+	"github.com/lbdproject/lbd/dataplane/ipvs"
+)
+
+// Kernel is the fake IPVS table. The zero value is empty and ready.
+type Kernel struct {
+	services map[desired.Key]*ipvs.Service
+	// Dumps and Writes count calls; Fail, when set, makes the next write
+	// for that key fail with it (once).
+	Dumps, Writes int
+	Fail          map[desired.Key]error
+}
+
+var _ ipvs.Kernel = (*Kernel)(nil)
+
+func (k *Kernel) svc(key desired.Key) (*ipvs.Service, error) {
+	if err := k.Fail[key]; err != nil {
+		delete(k.Fail, key)
+		return nil, err
+	}
+	s := k.services[key]
+	if s == nil {
+		return nil, fmt.Errorf("virtual server %s: %w", key, syscall.ESRCH)
+	}
+	return s, nil
+}
+
+// Dump returns a deep copy of the table.
+func (k *Kernel) Dump() ([]ipvs.Service, error) {
+	k.Dumps++
+	var out []ipvs.Service
+	for _, s := range k.services {
+		c := *s
+		c.Dests = slices.Clone(s.Dests)
+		out = append(out, c)
+	}
+	return out, nil
+}
+
+func (k *Kernel) AddService(s ipvs.Service) error {
+	k.Writes++
+	if err := k.Fail[s.Key]; err != nil {
+		delete(k.Fail, s.Key)
+		return err
+	}
+	if k.services == nil {
+		k.services = map[desired.Key]*ipvs.Service{}
+	}
+	if _, ok := k.services[s.Key]; ok {
+		return fmt.Errorf("virtual server %s: %w", s.Key, syscall.EEXIST)
+	}
+	s.Dests = nil
+	k.services[s.Key] = &s
+	return nil
+}
+
+func (k *Kernel) UpdateService(s ipvs.Service) error {
+	k.Writes++
+	old, err := k.svc(s.Key)
+	if err != nil {
+		return err
+	}
+	s.Dests = old.Dests
+	*old = s
+	return nil
+}
+
+func (k *Kernel) DeleteService(key desired.Key) error {
+	k.Writes++
+	if _, err := k.svc(key); err != nil {
+		return err
+	}
+	delete(k.services, key)
+	return nil
+}
+
+func (k *Kernel) AddDest(key desired.Key, d ipvs.Dest) error {
+	k.Writes++
+	s, err := k.svc(key)
+	if err != nil {
+		return err
+	}
+	if slices.ContainsFunc(s.Dests, func(o ipvs.Dest) bool { return o.Addr == d.Addr }) {
+		return fmt.Errorf("real server %s: %w", d.Addr, syscall.EEXIST)
+	}
+	s.Dests = append(s.Dests, ipvs.Dest{Addr: d.Addr, Weight: d.Weight})
+	return nil
+}
+
+func (k *Kernel) UpdateDest(key desired.Key, d ipvs.Dest) error {
+	k.Writes++
+	s, err := k.svc(key)
+	if err != nil {
+		return err
+	}
+	i := slices.IndexFunc(s.Dests, func(o ipvs.Dest) bool { return o.Addr == d.Addr })
+	if i < 0 {
+		return fmt.Errorf("real server %s: %w", d.Addr, syscall.ENOENT)
+	}
+	s.Dests[i].Weight = d.Weight
+	return nil
+}
+
+func (k *Kernel) DeleteDest(key desired.Key, addr netip.AddrPort) error {
+	k.Writes++
+	s, err := k.svc(key)
+	if err != nil {
+		return err
+	}
+	i := slices.IndexFunc(s.Dests, func(o ipvs.Dest) bool { return o.Addr == addr })
+	if i < 0 {
+		return fmt.Errorf("real server %s: %w", addr, syscall.ENOENT)
+	}
+	s.Dests = slices.Delete(s.Dests, i, i+1)
+	return nil
+}
+
+// SetConns sets a destination's connection counts, as traffic would.
+func (k *Kernel) SetConns(key desired.Key, addr netip.AddrPort, active, inactive int) {
+	for i := range k.services[key].Dests {
+		if k.services[key].Dests[i].Addr == addr {
+			k.services[key].Dests[i].ActiveConns, k.services[key].Dests[i].InactiveConns = active, inactive
+		}
+	}
+}
+
+// String renders the table sorted, one line per virtual server and
+// destination, for golden comparisons.
+func (k *Kernel) String() string {
+	var b strings.Builder
+	for _, key := range slices.SortedFunc(maps.Keys(k.services), desired.Key.Compare) {
+		s := k.services[key]
+		fmt.Fprintf(&b, "%s %s flags=%#x timeout=%d\n", key, s.Scheduler, s.Flags, s.Timeout)
+		dests := slices.Clone(s.Dests)
+		slices.SortFunc(dests, func(a, b ipvs.Dest) int { return a.Addr.Compare(b.Addr) })
+		for _, d := range dests {
+			fmt.Fprintf(&b, "  -> %s w=%d\n", d.Addr, d.Weight)
+		}
+	}
+	return b.String()
+}
+
+// Ledger is an in-memory ipvs.Ledger.
+type Ledger struct {
+	Keys   map[desired.Key]bool
+	Writes int
+}
+
+func (l *Ledger) Owned() (map[desired.Key]bool, error) {
+	return maps.Clone(l.Keys), nil
+}
+
+func (l *Ledger) SetOwned(keys map[desired.Key]bool) error {
+	l.Writes++
+	l.Keys = maps.Clone(keys)
+	return nil
+}
