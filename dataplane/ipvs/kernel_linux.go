@@ -1,0 +1,250 @@
+package ipvs
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+
+	mobyipvs "github.com/moby/ipvs"
+
+	"github.com/lbdproject/lbd/config"
+	"github.com/lbdproject/lbd/dataplane/desired"
+)
+
+// procIPVS lists every virtual server and destination of the reader's
+// network namespace in one read.
+const procIPVS = "/proc/net/ip_vs"
+
+// flagHashed is set by the kernel on every virtual server; it is not lbd's.
+const flagHashed = 0x2
+
+// NetlinkKernel is the kernel's IPVS table, written through generic
+// netlink (github.com/moby/ipvs) in the caller's network namespace.
+type NetlinkKernel struct {
+	h *mobyipvs.Handle
+}
+
+var _ Kernel = (*NetlinkKernel)(nil)
+
+// ErrNoIPVS says the kernel has no IPVS; moby/ipvs would otherwise fail
+// silently (writes do nothing, dumps return nothing).
+var ErrNoIPVS = errors.New("the kernel has no IPVS: load the ip_vs module (modprobe ip_vs) and the ip_vs_* scheduler modules")
+
+// Available reports whether IPVS is loaded in this network namespace.
+func Available() error {
+	if _, err := os.Stat(procIPVS); err != nil {
+		return fmt.Errorf("%w (%s: %v)", ErrNoIPVS, procIPVS, err)
+	}
+	return nil
+}
+
+// OpenKernel opens IPVS in the current network namespace.
+func OpenKernel() (*NetlinkKernel, error) {
+	if err := Available(); err != nil {
+		return nil, err
+	}
+	h, err := mobyipvs.New("")
+	if err != nil {
+		return nil, fmt.Errorf("opening IPVS netlink socket: %w", err)
+	}
+	return &NetlinkKernel{h: h}, nil
+}
+
+// Close releases the netlink socket.
+func (k *NetlinkKernel) Close() { k.h.Close() }
+
+// Dump reads the virtual servers through one netlink dump and all their
+// destinations through one read of /proc/net/ip_vs (netlink would need one
+// request per virtual server).
+func (k *NetlinkKernel) Dump() ([]Service, error) {
+	svcs, err := k.h.GetServices()
+	if err != nil {
+		return nil, fmt.Errorf("listing virtual servers: %w", err)
+	}
+	f, err := os.Open(procIPVS)
+	if err != nil {
+		return nil, fmt.Errorf("listing destinations: %w", err)
+	}
+	defer f.Close()
+	dests, err := parseProcIPVS(f)
+	if err != nil {
+		return nil, fmt.Errorf("listing destinations: %s: %w", procIPVS, err)
+	}
+	out := make([]Service, 0, len(svcs))
+	for _, s := range svcs {
+		if s.FWMark != 0 {
+			continue // lbd does not use fwmark services
+		}
+		key, err := keyOf(s)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, Service{
+			Key:       key,
+			Scheduler: s.SchedName,
+			Flags:     s.Flags &^ flagHashed,
+			Timeout:   s.Timeout,
+			Netmask:   s.Netmask,
+			Dests:     dests[key],
+		})
+	}
+	return out, nil
+}
+
+func keyOf(s *mobyipvs.Service) (desired.Key, error) {
+	addr, ok := netip.AddrFromSlice(s.Address)
+	if !ok {
+		return desired.Key{}, fmt.Errorf("virtual server with unreadable address %v", s.Address)
+	}
+	var proto config.Protocol
+	switch s.Protocol {
+	case syscall.IPPROTO_TCP:
+		proto = config.TCP
+	case syscall.IPPROTO_UDP:
+		proto = config.UDP
+	default:
+		proto = config.Protocol(fmt.Sprintf("proto-%d", s.Protocol))
+	}
+	if s.AddressFamily == syscall.AF_INET {
+		addr = addr.Unmap()
+		if addr.Is6() { // moby/ipvs may return 16 bytes for IPv4
+			addr = netip.AddrFrom4([4]byte(s.Address.To4()))
+		}
+	}
+	return desired.Key{Addr: addr, Port: s.Port, Protocol: proto}, nil
+}
+
+func toMoby(s Service) *mobyipvs.Service {
+	m := &mobyipvs.Service{
+		Address:       net.IP(s.Key.Addr.AsSlice()),
+		Port:          s.Key.Port,
+		SchedName:     s.Scheduler,
+		Flags:         s.Flags,
+		Timeout:       s.Timeout,
+		Netmask:       s.Netmask,
+		AddressFamily: syscall.AF_INET,
+		Protocol:      syscall.IPPROTO_TCP,
+	}
+	if s.Key.Addr.Is6() {
+		m.AddressFamily = syscall.AF_INET6
+	}
+	if s.Key.Protocol == config.UDP {
+		m.Protocol = syscall.IPPROTO_UDP
+	}
+	return m
+}
+
+func toMobyDest(d Dest) *mobyipvs.Destination {
+	m := &mobyipvs.Destination{
+		Address:         net.IP(d.Addr.Addr().AsSlice()),
+		Port:            d.Addr.Port(),
+		Weight:          d.Weight,
+		ConnectionFlags: mobyipvs.ConnectionFlagMasq,
+		AddressFamily:   syscall.AF_INET,
+	}
+	if d.Addr.Addr().Is6() {
+		m.AddressFamily = syscall.AF_INET6
+	}
+	return m
+}
+
+func keyService(k desired.Key) *mobyipvs.Service {
+	return toMoby(Service{Key: k})
+}
+
+func (k *NetlinkKernel) AddService(s Service) error    { return k.h.NewService(toMoby(s)) }
+func (k *NetlinkKernel) UpdateService(s Service) error { return k.h.UpdateService(toMoby(s)) }
+func (k *NetlinkKernel) DeleteService(key desired.Key) error {
+	return k.h.DelService(keyService(key))
+}
+
+func (k *NetlinkKernel) AddDest(key desired.Key, d Dest) error {
+	return k.h.NewDestination(keyService(key), toMobyDest(d))
+}
+
+func (k *NetlinkKernel) UpdateDest(key desired.Key, d Dest) error {
+	return k.h.UpdateDestination(keyService(key), toMobyDest(d))
+}
+
+func (k *NetlinkKernel) DeleteDest(key desired.Key, addr netip.AddrPort) error {
+	return k.h.DelDestination(keyService(key), toMobyDest(Dest{Addr: addr}))
+}
+
+// parseProcIPVS reads /proc/net/ip_vs: destinations by virtual server.
+//
+//	TCP  C000020A:0050 wrr
+//	  -> 0A00000B:1F90      Masq    3      0          0
+//	TCP  [2001:0db8:0000:0000:0000:0000:0000:0010]:01BB rr persistent 10800
+func parseProcIPVS(r io.Reader) (map[desired.Key][]Dest, error) {
+	out := map[desired.Key][]Dest{}
+	var cur *desired.Key
+	sc := bufio.NewScanner(r)
+	for n := 1; sc.Scan(); n++ {
+		fields := strings.Fields(sc.Text())
+		switch {
+		case n <= 3 || len(fields) == 0:
+			continue // headers
+		case fields[0] == "->":
+			if cur == nil || len(fields) < 6 {
+				continue // a destination of a fwmark service
+			}
+			ap, err := parseHexAddrPort(fields[1])
+			if err != nil {
+				return nil, fmt.Errorf("line %d: %w", n, err)
+			}
+			w, err1 := strconv.Atoi(fields[3])
+			act, err2 := strconv.Atoi(fields[4])
+			inact, err3 := strconv.Atoi(fields[5])
+			if err := errors.Join(err1, err2, err3); err != nil {
+				return nil, fmt.Errorf("line %d: %w", n, err)
+			}
+			out[*cur] = append(out[*cur], Dest{Addr: ap, Weight: w, ActiveConns: act, InactiveConns: inact})
+		case fields[0] == "TCP" || fields[0] == "UDP":
+			if len(fields) < 2 {
+				return nil, fmt.Errorf("line %d: short line %q", n, sc.Text())
+			}
+			ap, err := parseHexAddrPort(fields[1])
+			if err != nil {
+				return nil, fmt.Errorf("line %d: %w", n, err)
+			}
+			k := desired.Key{Addr: ap.Addr(), Port: ap.Port(), Protocol: config.Protocol(strings.ToLower(fields[0]))}
+			cur = &k
+		default: // FWM, SCTP: not lbd's
+			cur = nil
+		}
+	}
+	return out, sc.Err()
+}
+
+// parseHexAddrPort parses "C000020A:0050" or "[2001:0db8:...]:01BB".
+func parseHexAddrPort(s string) (netip.AddrPort, error) {
+	i := strings.LastIndexByte(s, ':')
+	if i < 0 {
+		return netip.AddrPort{}, fmt.Errorf("bad address %q", s)
+	}
+	port, err := strconv.ParseUint(s[i+1:], 16, 16)
+	if err != nil {
+		return netip.AddrPort{}, fmt.Errorf("bad port in %q", s)
+	}
+	host := s[:i]
+	if strings.HasPrefix(host, "[") {
+		a, err := netip.ParseAddr(strings.Trim(host, "[]"))
+		if err != nil {
+			return netip.AddrPort{}, fmt.Errorf("bad address %q", s)
+		}
+		return netip.AddrPortFrom(a, uint16(port)), nil
+	}
+	v, err := strconv.ParseUint(host, 16, 32)
+	if err != nil {
+		return netip.AddrPort{}, fmt.Errorf("bad address %q", s)
+	}
+	a := netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
+	return netip.AddrPortFrom(a, uint16(port)), nil
+}

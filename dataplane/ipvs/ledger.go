@@ -1,0 +1,82 @@
+package ipvs
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/lbdproject/lbd/config"
+	"github.com/lbdproject/lbd/dataplane/desired"
+)
+
+// FileLedger keeps the owned virtual servers in a JSON file. It belongs in
+// /run: IPVS state and /run both end with a reboot, and both outlive a
+// restart of lbd.
+type FileLedger struct {
+	Path string
+}
+
+type ledgerFile struct {
+	Version int      `json:"version"`
+	IPVS    []string `json:"ipvs"`
+}
+
+// Owned reads the file; a missing file owns nothing.
+func (l FileLedger) Owned() (map[desired.Key]bool, error) {
+	b, err := os.ReadFile(l.Path)
+	if errors.Is(err, os.ErrNotExist) {
+		return map[desired.Key]bool{}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var f ledgerFile
+	if err := json.Unmarshal(b, &f); err != nil {
+		return nil, fmt.Errorf("%s: %w", l.Path, err)
+	}
+	out := make(map[desired.Key]bool, len(f.IPVS))
+	for _, s := range f.IPVS {
+		k, err := ParseKey(s)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", l.Path, err)
+		}
+		out[k] = true
+	}
+	return out, nil
+}
+
+// SetOwned replaces the file atomically.
+func (l FileLedger) SetOwned(keys map[desired.Key]bool) error {
+	f := ledgerFile{Version: 1, IPVS: []string{}}
+	for _, k := range slices.SortedFunc(maps.Keys(keys), desired.Key.Compare) {
+		f.IPVS = append(f.IPVS, k.String())
+	}
+	b, err := json.MarshalIndent(f, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(l.Path), 0o700); err != nil {
+		return err
+	}
+	tmp := l.Path + ".tmp"
+	if err := os.WriteFile(tmp, append(b, '\n'), 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, l.Path)
+}
+
+// ParseKey parses a key as Key.String writes it: "192.0.2.10:80/tcp".
+func ParseKey(s string) (desired.Key, error) {
+	ap, proto, ok := strings.Cut(s, "/")
+	a, err := netip.ParseAddrPort(ap)
+	if !ok || err != nil || (proto != string(config.TCP) && proto != string(config.UDP)) {
+		return desired.Key{}, fmt.Errorf("bad virtual server key %q", s)
+	}
+	return desired.Key{Addr: a.Addr(), Port: a.Port(), Protocol: config.Protocol(proto)}, nil
+}

@@ -1,0 +1,54 @@
+package ipvs
+
+import (
+	"net/netip"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/lbdproject/lbd/config"
+	"github.com/lbdproject/lbd/dataplane/desired"
+)
+
+func TestParseProcIPVS(t *testing.T) {
+	// As printed by Linux 6.1 (net/netfilter/ipvs/ip_vs_ctl.c).
+	text := `IP Virtual Server version 1.2.1 (size=4096)
+Prot LocalAddress:Port Scheduler Flags
+  -> RemoteAddress:Port Forward Weight ActiveConn InActConn
+TCP  C000020A:0050 wrr 
+  -> 0A00000B:1F90      Masq    3      2          7         
+  -> 0A00000C:1F90      Masq    0      0          0         
+FWM  00000001 rr 
+  -> 0A00000D:0050      Masq    1      0          0         
+UDP  C0000235:0035 rr 
+TCP  [2001:0db8:0000:0000:0000:0000:0000:0010]:01BB rr persistent 10800 ffffffff
+  -> [2001:0db8:0001:0000:0000:0000:0000:0005]:01BB      Masq    1      0          1         
+`
+	got, err := parseProcIPVS(strings.NewReader(text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[desired.Key][]Dest{
+		{Addr: netip.MustParseAddr("192.0.2.10"), Port: 80, Protocol: config.TCP}: {
+			{Addr: netip.MustParseAddrPort("10.0.0.11:8080"), Weight: 3, ActiveConns: 2, InactiveConns: 7},
+			{Addr: netip.MustParseAddrPort("10.0.0.12:8080"), Weight: 0},
+		},
+		{Addr: netip.MustParseAddr("2001:db8::10"), Port: 443, Protocol: config.TCP}: {
+			{Addr: netip.MustParseAddrPort("[2001:db8:1::5]:443"), Weight: 1, InactiveConns: 1},
+		},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("got %+v\nwant %+v", got, want)
+	}
+}
+
+func TestParseProcIPVSRejectsGarbage(t *testing.T) {
+	for _, text := range []string{
+		"h\nh\nh\nTCP  ZZZZ:0050 rr\n",
+		"h\nh\nh\nTCP  C000020A:0050 rr\n  -> 0A00000B:1F90 Masq x 0 0\n",
+	} {
+		if _, err := parseProcIPVS(strings.NewReader(text)); err == nil {
+			t.Errorf("no error for %q", text)
+		}
+	}
+}
