@@ -61,6 +61,7 @@ restarts or is upgraded.`,
 	root.AddCommand(
 		newRunCommand(),
 		newCheckConfigCommand(),
+		newPlanCommand(),
 		newVersionCommand(),
 	)
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {

@@ -27,6 +27,8 @@ func TestCommands(t *testing.T) {
 		{"unknown flag", []string{"run", "--frobnicate"}, 2, "", "unknown flag: --frobnicate"},
 		{"bad log format", []string{"run", "--log-format", "xml", "-c", bad}, 2, "", `--log-format "xml": expected text or json`},
 		{"version", []string{"version"}, 0, "lbd ", ""},
+		{"plan", []string{"plan", "../../examples/lbd.toml"}, 0, "-A -t 192.0.2.10:80 -s wrr\n-a -t 192.0.2.10:80 -r 10.10.0.11:8080 -m -w 3\n", ""},
+		{"plan of an invalid file", []string{"plan", bad}, 1, "", "99999 is out of range"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -3,73 +3,127 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
+	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 
 	"github.com/spf13/cobra"
 
 	"github.com/lbdproject/lbd/config"
+	"github.com/lbdproject/lbd/dataplane"
+	"github.com/lbdproject/lbd/dataplane/addrs"
+	"github.com/lbdproject/lbd/dataplane/ipvs"
+	"github.com/lbdproject/lbd/dataplane/sysctl"
 	"github.com/lbdproject/lbd/discovery/file"
 )
 
+const defaultStateDir = "/run/lbd"
+
 func newRunCommand() *cobra.Command {
-	var path, logFormat, logLevel string
+	var path, stateDir, logFormat, logLevel string
 	c := &cobra.Command{
 		Use:   "run",
 		Short: "Run the daemon",
 		Long: `Run the lbd daemon in the foreground (systemd runs it this way).
 
+lbd programs IPVS virtual servers and binds their VIPs to its dummy
+interface from the configuration, re-syncing at a bounded rate: changes are
+applied as diffs within min_sync_period, and every sync_period a full
+reconcile repairs drift (for example after ipvsadm -C).
+
 The configuration is watched: a valid edit of the main file or of a conf.d
 file takes effect within a second; an invalid edit is rejected as a whole,
 logged with its errors, and the last good configuration stays in force.
 SIGHUP re-reads the configuration at once. SIGTERM and SIGINT stop the
-daemon and leave the dataplane in place.`,
+daemon and leave the dataplane in place, so traffic keeps flowing.`,
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			log, err := newLogger(c.ErrOrStderr(), logFormat, logLevel)
 			if err != nil {
 				return err
 			}
-			src, err := file.New(file.Options{Path: path, Logger: log})
-			if err != nil {
-				return err
-			}
 			ctx, stop := signal.NotifyContext(c.Context(), syscall.SIGTERM, syscall.SIGINT)
 			defer stop()
-			hup := make(chan os.Signal, 1)
-			signal.Notify(hup, syscall.SIGHUP)
-			defer signal.Stop(hup)
-
-			log.Info("lbd starting", "version", buildVersion(), "config", path)
-			errc := make(chan error, 1)
-			go func() { errc <- src.Run(ctx) }()
-			updates := src.Updates()
-			for {
-				select {
-				case <-hup:
-					log.Info("SIGHUP: re-reading configuration")
-					src.Reload()
-				case cfg, ok := <-updates:
-					if !ok { // the source stopped; its error follows on errc
-						updates = nil
-						continue
-					}
-					// The dataplane consumes these snapshots once it lands;
-					// until then the daemon validates and reports them.
-					log.Info("configuration in force", "services", len(cfg.Services), "files", len(cfg.Files))
-				case err := <-errc:
-					if err != nil && !errors.Is(err, context.Canceled) {
-						return err
-					}
-					log.Info("lbd stopped; the dataplane stays in place")
-					return nil
-				}
-			}
+			return runDaemon(ctx, log, path, stateDir)
 		},
 	}
 	c.Flags().StringVarP(&path, "config", "c", config.DefaultPath, "main configuration file (conf.d/*.toml beside it is merged)")
+	c.Flags().StringVar(&stateDir, "state-dir", defaultStateDir, "directory for runtime state (which IPVS services lbd owns); keep it across restarts")
 	c.Flags().StringVar(&logFormat, "log-format", "text", "log format: text or json")
 	c.Flags().StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	return c
+}
+
+// runDaemon wires the sources to the dataplane and runs until ctx ends.
+func runDaemon(ctx context.Context, log *slog.Logger, path, stateDir string) error {
+	kernelIPVS, err := ipvs.OpenKernel()
+	if err != nil {
+		return err
+	}
+	defer kernelIPVS.Close()
+	kernelAddrs, err := addrs.OpenKernel()
+	if err != nil {
+		return err
+	}
+	defer kernelAddrs.Close()
+	if err := sysctl.Ensure("/proc/sys", sysctl.Required(), log); err != nil {
+		log.Warn("kernel settings lbd relies on are not in place", "error", err)
+	}
+
+	src, err := file.New(file.Options{Path: path, Logger: log})
+	if err != nil {
+		return err
+	}
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+
+	log.Info("lbd starting", "version", buildVersion(), "config", path)
+	srcCtx, stopSrc := context.WithCancel(ctx)
+	defer stopSrc()
+	errc := make(chan error, 1)
+	go func() { errc <- src.Run(srcCtx) }()
+
+	var dp *dataplane.Dataplane
+	done := make(chan struct{})
+	defer func() {
+		stopSrc()
+		if dp != nil {
+			<-done
+		}
+	}()
+	updates := src.Updates()
+	for {
+		select {
+		case <-hup:
+			log.Info("SIGHUP: re-reading configuration")
+			src.Reload()
+		case cfg, ok := <-updates:
+			if !ok { // the source stopped; its error follows on errc
+				updates = nil
+				continue
+			}
+			if dp == nil {
+				// The runner's timings come from the first configuration;
+				// a later change of [sync] needs a restart.
+				dp = dataplane.New(dataplane.Options{
+					IPVS:   ipvs.New(kernelIPVS, ipvs.FileLedger{Path: filepath.Join(stateDir, "ipvs-owned.json")}),
+					Addrs:  addrs.New(kernelAddrs, cfg.Dataplane.Interface),
+					Logger: log,
+					Sync:   cfg.Sync,
+				})
+				go func() { dp.Loop(srcCtx); close(done) }()
+			}
+			dp.SetConfig(cfg)
+		case err := <-errc:
+			if err != nil && !errors.Is(err, context.Canceled) {
+				return fmt.Errorf("configuration source: %w", err)
+			}
+			log.Info("lbd stopped; the dataplane stays in place")
+			return nil
+		}
+	}
 }

@@ -1,0 +1,187 @@
+// Package dataplane turns lbd's desired state into kernel state: it keeps
+// the latest inputs (configuration, discovered real servers, health), and
+// on each run of its bounded-frequency runner computes the desired state
+// and hands it to one applier per kernel subsystem.
+package dataplane
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/lbdproject/lbd/config"
+	"github.com/lbdproject/lbd/dataplane/addrs"
+	"github.com/lbdproject/lbd/dataplane/desired"
+	"github.com/lbdproject/lbd/dataplane/ipvs"
+	"github.com/lbdproject/lbd/dataplane/runner"
+)
+
+// IPVSApplier is what the dataplane needs of the IPVS applier.
+type IPVSApplier interface {
+	Apply(want []desired.Service, full bool) (ipvs.Result, error)
+}
+
+// AddrApplier is what the dataplane needs of the VIP address applier.
+type AddrApplier interface {
+	Apply(vips []netip.Addr, full bool) (addrs.Stats, error)
+}
+
+// SyncResult describes one sync, for logs, status and metrics.
+type SyncResult struct {
+	Reason   runner.Reason
+	Start    time.Time
+	Duration time.Duration
+	Err      error
+	// Dumps and Writes count kernel reads and writes of all subsystems.
+	Dumps, Writes int
+	Services      int
+	Draining      int
+	// Waiting is set when the sync was skipped because not every source
+	// has delivered its first snapshot.
+	Waiting bool
+}
+
+// Dataplane owns the sync loop. Create it with New, feed it with the Set
+// methods, and run Loop.
+type Dataplane struct {
+	ipvs  IPVSApplier
+	addrs AddrApplier
+	log   *slog.Logger
+	run   *runner.Runner
+
+	mu         sync.Mutex
+	cfg        *config.Config
+	discovered map[string][]config.RealServer
+	health     map[desired.HealthKey]bool
+	last       SyncResult
+	onSync     []func(SyncResult)
+}
+
+// Options configures a Dataplane.
+type Options struct {
+	IPVS   IPVSApplier
+	Addrs  AddrApplier
+	Logger *slog.Logger
+	// Sync holds the runner's timings; the configuration's [sync] table
+	// provides them in the daemon.
+	Sync config.Sync
+}
+
+// New returns a Dataplane; it syncs nothing until Loop runs and a
+// configuration has been set.
+func New(opts Options) *Dataplane {
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	d := &Dataplane{ipvs: opts.IPVS, addrs: opts.Addrs, log: opts.Logger}
+	d.run = runner.New(d.sync, runner.Options{
+		MinInterval: opts.Sync.MinSyncPeriod,
+		MaxInterval: opts.Sync.SyncPeriod,
+		Burst:       opts.Sync.Burst,
+		Logger:      opts.Logger,
+	})
+	return d
+}
+
+// Loop runs syncs until ctx is done.
+func (d *Dataplane) Loop(ctx context.Context) { d.run.Loop(ctx) }
+
+// SetConfig replaces the configuration and asks for a sync.
+func (d *Dataplane) SetConfig(cfg *config.Config) {
+	d.mu.Lock()
+	d.cfg = cfg
+	d.mu.Unlock()
+	d.run.Run()
+}
+
+// SetHealth replaces the health results and asks for a sync.
+func (d *Dataplane) SetHealth(h map[desired.HealthKey]bool) {
+	d.mu.Lock()
+	d.health = h
+	d.mu.Unlock()
+	d.run.Run()
+}
+
+// OnSync registers f to be called after every sync (status, metrics,
+// readiness). Register before Loop starts.
+func (d *Dataplane) OnSync(f func(SyncResult)) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.onSync = append(d.onSync, f)
+}
+
+// Last returns the result of the latest sync.
+func (d *Dataplane) Last() SyncResult {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.last
+}
+
+// Desired computes the desired state from the current inputs; ok is false
+// until a configuration is set.
+func (d *Dataplane) Desired() (desired.State, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.cfg == nil {
+		return desired.State{}, false
+	}
+	return desired.Compute(desired.Input{Config: d.cfg, Discovered: d.discovered, Health: d.health}), true
+}
+
+func (d *Dataplane) sync(_ context.Context, why runner.Reason) error {
+	res := SyncResult{Reason: why, Start: time.Now()}
+	st, ok := d.Desired()
+	if !ok {
+		// Sources have not all delivered: applying now could delete what a
+		// slower source would keep.
+		res.Waiting = true
+		d.finish(res)
+		return nil
+	}
+	full := why.Full()
+	var errs []error
+	// VIPs first: IPVS needs them local before traffic for them arrives.
+	as, err := d.addrs.Apply(st.VIPs, full)
+	res.Dumps += as.Dumps
+	res.Writes += as.Writes
+	if err != nil {
+		errs = append(errs, fmt.Errorf("addresses: %w", err))
+	}
+	ir, err := d.ipvs.Apply(st.Services, full)
+	res.Dumps += ir.Dumps
+	res.Writes += ir.Writes
+	res.Draining = ir.Draining
+	if err != nil {
+		errs = append(errs, fmt.Errorf("ipvs: %w", err))
+	}
+	res.Services = len(st.Services)
+	res.Err = errors.Join(errs...)
+	res.Duration = time.Since(res.Start)
+	d.finish(res)
+	return res.Err
+}
+
+func (d *Dataplane) finish(res SyncResult) {
+	d.mu.Lock()
+	d.last = res
+	hooks := d.onSync
+	d.mu.Unlock()
+	switch {
+	case res.Waiting:
+		d.log.Debug("sync skipped: waiting for the first configuration")
+	case res.Err != nil:
+		d.log.Error("sync failed", "reason", res.Reason.String(), "writes", res.Writes, "error", res.Err)
+	case res.Writes > 0:
+		d.log.Info("sync applied", "reason", res.Reason.String(), "writes", res.Writes, "dumps", res.Dumps,
+			"virtual_servers", res.Services, "draining", res.Draining, "duration", res.Duration)
+	default:
+		d.log.Debug("sync: kernel already up to date", "reason", res.Reason.String(), "dumps", res.Dumps, "duration", res.Duration)
+	}
+	for _, f := range hooks {
+		f(res)
+	}
+}

@@ -1,0 +1,89 @@
+package dataplane_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/lbdproject/lbd/config"
+	"github.com/lbdproject/lbd/dataplane"
+	"github.com/lbdproject/lbd/dataplane/addrs"
+	"github.com/lbdproject/lbd/dataplane/addrs/fakeaddrs"
+	"github.com/lbdproject/lbd/dataplane/ipvs"
+	"github.com/lbdproject/lbd/dataplane/ipvs/fakeipvs"
+)
+
+func parse(t *testing.T, text string) *config.Config {
+	t.Helper()
+	cfg, err := config.Parse([]string{"lbd.toml"}, [][]byte{[]byte(text)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+const conf = `
+[sync]
+min_sync_period = "1s"
+sync_period = "30s"
+[[service]]
+name = "web"
+vips = ["192.0.2.10"]
+port = 80
+real_server = [{ address = "10.0.0.1", weight = %d }, { address = "10.0.0.2" }]
+`
+
+func TestDataplaneSyncs(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		kv := &fakeipvs.Kernel{}
+		ka := &fakeaddrs.Kernel{}
+		first := parse(t, strings.Replace(conf, "%d", "3", 1))
+		dp := dataplane.New(dataplane.Options{
+			IPVS:  ipvs.New(kv, &fakeipvs.Ledger{}),
+			Addrs: addrs.New(ka, "lbd0"),
+			Sync:  first.Sync,
+		})
+		var results []dataplane.SyncResult
+		dp.OnSync(func(r dataplane.SyncResult) { results = append(results, r) })
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		go dp.Loop(ctx)
+
+		// Nothing happens before a configuration arrives, even at sync_period.
+		time.Sleep(31 * time.Second)
+		synctest.Wait()
+		if kv.Writes != 0 || len(results) != 1 || !results[0].Waiting {
+			t.Fatalf("synced before a configuration: writes %d, results %+v", kv.Writes, results)
+		}
+
+		dp.SetConfig(first)
+		synctest.Wait()
+		want := "192.0.2.10:80/tcp wrr flags=0x0 timeout=0\n  -> 10.0.0.1:80 w=3\n  -> 10.0.0.2:80 w=1\n"
+		if kv.String() != want || ka.String() != "lbd0: 192.0.2.10\n" {
+			t.Fatalf("after first config:\n%s%s", kv, ka)
+		}
+
+		// A weight change: no kernel reads, one write.
+		dumps := kv.Dumps + ka.Dumps
+		dp.SetConfig(parse(t, strings.Replace(conf, "%d", "5", 1)))
+		synctest.Wait()
+		last := dp.Last()
+		if last.Writes != 1 || last.Dumps != 0 || kv.Dumps+ka.Dumps != dumps {
+			t.Errorf("weight change: %+v; want 1 write, 0 dumps", last)
+		}
+
+		// Drift is repaired by the periodic full sync.
+		st, _ := dp.Desired()
+		if err := kv.DeleteService(st.Services[0].Key); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(30 * time.Second)
+		synctest.Wait()
+		want = strings.Replace(want, "w=3", "w=5", 1)
+		if last := dp.Last(); kv.String() != want || last.Reason.String() != "periodic" || last.Writes != 3 {
+			t.Errorf("after drift and a sync period: %+v\n%s", last, kv)
+		}
+	})
+}
