@@ -43,6 +43,9 @@ type SyncResult struct {
 	// Waiting is set when the sync was skipped because not every source
 	// has delivered its first snapshot.
 	Waiting bool
+	// Held says why the new desired state was held back by the safety
+	// valve; the last applied state was kept (and repaired) instead.
+	Held string
 }
 
 // Dataplane owns the sync loop. Create it with New, feed it with the Set
@@ -59,6 +62,11 @@ type Dataplane struct {
 	health     map[desired.HealthKey]bool
 	last       SyncResult
 	onSync     []func(SyncResult)
+
+	// applied is the last desired state applied and the configuration it
+	// came from; only the sync goroutine touches them.
+	applied    *desired.State
+	appliedCfg *config.Config
 }
 
 // Options configures a Dataplane.
@@ -124,23 +132,37 @@ func (d *Dataplane) Last() SyncResult {
 // Desired computes the desired state from the current inputs; ok is false
 // until a configuration is set.
 func (d *Dataplane) Desired() (desired.State, bool) {
+	st, _, ok := d.desired()
+	return st, ok
+}
+
+func (d *Dataplane) desired() (desired.State, *config.Config, bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.cfg == nil {
-		return desired.State{}, false
+		return desired.State{}, nil, false
 	}
-	return desired.Compute(desired.Input{Config: d.cfg, Discovered: d.discovered, Health: d.health}), true
+	return desired.Compute(desired.Input{Config: d.cfg, Discovered: d.discovered, Health: d.health}), d.cfg, true
 }
 
 func (d *Dataplane) sync(_ context.Context, why runner.Reason) error {
 	res := SyncResult{Reason: why, Start: time.Now()}
-	st, ok := d.Desired()
+	st, cfg, ok := d.desired()
 	if !ok {
 		// Sources have not all delivered: applying now could delete what a
 		// slower source would keep.
 		res.Waiting = true
 		d.finish(res)
 		return nil
+	}
+	// The safety valve: a change the admin did not make by editing the
+	// configuration (discovery answering empty, health failing everywhere)
+	// may not delete more than max_delete_fraction at once.
+	if d.applied != nil && cfg == d.appliedCfg {
+		if reason := tooManyDeletes(*d.applied, st, cfg.Sync.MaxDeleteFraction); reason != "" {
+			res.Held = reason
+			st = *d.applied
+		}
 	}
 	full := why.Full()
 	var errs []error
@@ -160,6 +182,9 @@ func (d *Dataplane) sync(_ context.Context, why runner.Reason) error {
 	}
 	res.Services = len(st.Services)
 	res.Err = errors.Join(errs...)
+	if res.Err == nil && res.Held == "" {
+		d.applied, d.appliedCfg = &st, cfg
+	}
 	res.Duration = time.Since(res.Start)
 	d.finish(res)
 	return res.Err
@@ -173,6 +198,8 @@ func (d *Dataplane) finish(res SyncResult) {
 	switch {
 	case res.Waiting:
 		d.log.Debug("sync skipped: waiting for the first configuration")
+	case res.Held != "":
+		d.log.Warn("sync held by the safety valve; keeping the last applied state", "reason", res.Held)
 	case res.Err != nil:
 		d.log.Error("sync failed", "reason", res.Reason.String(), "writes", res.Writes, "error", res.Err)
 	case res.Writes > 0:
@@ -184,4 +211,40 @@ func (d *Dataplane) finish(res SyncResult) {
 	for _, f := range hooks {
 		f(res)
 	}
+}
+
+// tooManyDeletes says why going from applied to next deletes too much, or
+// returns "" when it does not.
+func tooManyDeletes(applied, next desired.State, maxFraction float64) string {
+	nextSvcs := make(map[desired.Key]map[netip.AddrPort]bool, len(next.Services))
+	for _, s := range next.Services {
+		m := make(map[netip.AddrPort]bool, len(s.Dests))
+		for _, dst := range s.Dests {
+			m[dst.Addr] = true
+		}
+		nextSvcs[s.Key] = m
+	}
+	var svcGone, dests, destGone int
+	for _, s := range applied.Services {
+		m, ok := nextSvcs[s.Key]
+		if !ok {
+			svcGone++
+		}
+		for _, dst := range s.Dests {
+			dests++
+			if !m[dst.Addr] {
+				destGone++
+			}
+		}
+	}
+	check := func(gone, total int, what string) string {
+		if total == 0 || float64(gone)/float64(total) <= maxFraction {
+			return ""
+		}
+		return fmt.Sprintf("would delete %d of %d %s at once (max_delete_fraction %g) without a configuration edit", gone, total, what, maxFraction)
+	}
+	if why := check(svcGone, len(applied.Services), "virtual servers"); why != "" {
+		return why
+	}
+	return check(destGone, dests, "real servers")
 }

@@ -2,6 +2,7 @@ package dataplane_test
 
 import (
 	"context"
+	"net/netip"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -11,6 +12,7 @@ import (
 	"github.com/lbdproject/lbd/dataplane"
 	"github.com/lbdproject/lbd/dataplane/addrs"
 	"github.com/lbdproject/lbd/dataplane/addrs/fakeaddrs"
+	"github.com/lbdproject/lbd/dataplane/desired"
 	"github.com/lbdproject/lbd/dataplane/ipvs"
 	"github.com/lbdproject/lbd/dataplane/ipvs/fakeipvs"
 )
@@ -84,6 +86,56 @@ func TestDataplaneSyncs(t *testing.T) {
 		want = strings.Replace(want, "w=3", "w=5", 1)
 		if last := dp.Last(); kv.String() != want || last.Reason.String() != "periodic" || last.Writes != 3 {
 			t.Errorf("after drift and a sync period: %+v\n%s", last, kv)
+		}
+	})
+}
+
+func TestSafetyValve(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		kv := &fakeipvs.Kernel{}
+		cfg := parse(t, `
+[[service]]
+name = "web"
+vips = ["192.0.2.10"]
+port = 80
+on_unhealthy = "remove"
+real_server = [{ address = "10.0.0.1" }, { address = "10.0.0.2" }, { address = "10.0.0.3" }]
+`)
+		dp := dataplane.New(dataplane.Options{IPVS: ipvs.New(kv, &fakeipvs.Ledger{}), Addrs: addrs.New(&fakeaddrs.Kernel{}, "lbd0"), Sync: cfg.Sync})
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		go dp.Loop(ctx)
+		dp.SetConfig(cfg)
+		synctest.Wait()
+		before := kv.String()
+
+		// Health (not the admin) would remove 2 of 3 real servers: held.
+		down := func(addrs ...string) map[desired.HealthKey]bool {
+			m := map[desired.HealthKey]bool{}
+			for _, a := range addrs {
+				m[desired.HealthKey{Service: "web", Addr: netip.MustParseAddrPort(a)}] = false
+			}
+			return m
+		}
+		dp.SetHealth(down("10.0.0.1:80", "10.0.0.2:80"))
+		time.Sleep(2 * time.Second)
+		synctest.Wait()
+		if last := dp.Last(); !strings.Contains(last.Held, "would delete 2 of 3 real servers") || kv.String() != before {
+			t.Errorf("mass removal not held: %+v\n%s", last, kv)
+		}
+		// One of three is within the limit.
+		dp.SetHealth(down("10.0.0.1:80"))
+		time.Sleep(2 * time.Second)
+		synctest.Wait()
+		if last := dp.Last(); last.Held != "" || !strings.Contains(kv.String(), "10.0.0.1:80 w=0") {
+			t.Errorf("a small removal was held: %+v\n%s", last, kv)
+		}
+		// The admin removing every real server is obeyed.
+		dp.SetConfig(parse(t, "[[service]]\nname = \"web\"\nvips = [\"192.0.2.10\"]\nport = 80\n"))
+		time.Sleep(2 * time.Second)
+		synctest.Wait()
+		if last := dp.Last(); last.Held != "" || last.Draining != 3 {
+			t.Errorf("an admin edit was held: %+v\n%s", last, kv)
 		}
 	})
 }
