@@ -30,6 +30,11 @@ type AddrApplier interface {
 	Apply(vips []netip.Addr, full bool) (addrs.Stats, error)
 }
 
+// TimeoutSetter sets IPVS's global connection timeouts.
+type TimeoutSetter interface {
+	EnsureTimeouts(config.IPVS) (wrote bool, err error)
+}
+
 // SyncResult describes one sync, for logs, status and metrics.
 type SyncResult struct {
 	Reason   runner.Reason
@@ -51,10 +56,11 @@ type SyncResult struct {
 // Dataplane owns the sync loop. Create it with New, feed it with the Set
 // methods, and run Loop.
 type Dataplane struct {
-	ipvs  IPVSApplier
-	addrs AddrApplier
-	log   *slog.Logger
-	run   *runner.Runner
+	ipvs     IPVSApplier
+	addrs    AddrApplier
+	timeouts TimeoutSetter
+	log      *slog.Logger
+	run      *runner.Runner
 
 	mu         sync.Mutex
 	cfg        *config.Config
@@ -71,9 +77,11 @@ type Dataplane struct {
 
 // Options configures a Dataplane.
 type Options struct {
-	IPVS   IPVSApplier
-	Addrs  AddrApplier
-	Logger *slog.Logger
+	IPVS  IPVSApplier
+	Addrs AddrApplier
+	// Timeouts is optional.
+	Timeouts TimeoutSetter
+	Logger   *slog.Logger
 	// Sync holds the runner's timings; the configuration's [sync] table
 	// provides them in the daemon.
 	Sync config.Sync
@@ -85,7 +93,7 @@ func New(opts Options) *Dataplane {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	d := &Dataplane{ipvs: opts.IPVS, addrs: opts.Addrs, log: opts.Logger}
+	d := &Dataplane{ipvs: opts.IPVS, addrs: opts.Addrs, timeouts: opts.Timeouts, log: opts.Logger}
 	d.run = runner.New(d.sync, runner.Options{
 		MinInterval: opts.Sync.MinSyncPeriod,
 		MaxInterval: opts.Sync.SyncPeriod,
@@ -166,6 +174,16 @@ func (d *Dataplane) sync(_ context.Context, why runner.Reason) error {
 	}
 	full := why.Full()
 	var errs []error
+	if d.timeouts != nil && (full || d.appliedCfg == nil || cfg.IPVS != d.appliedCfg.IPVS) {
+		wrote, err := d.timeouts.EnsureTimeouts(cfg.IPVS)
+		res.Dumps++
+		if wrote {
+			res.Writes++
+		}
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
 	// VIPs first: IPVS needs them local before traffic for them arrives.
 	as, err := d.addrs.Apply(st.VIPs, full)
 	res.Dumps += as.Dumps

@@ -110,10 +110,11 @@ func runDaemon(ctx context.Context, log *slog.Logger, path, stateDir string) err
 				// The runner's timings come from the first configuration;
 				// a later change of [sync] needs a restart.
 				dp = dataplane.New(dataplane.Options{
-					IPVS:   ipvs.New(kernelIPVS, ipvs.FileLedger{Path: filepath.Join(stateDir, "ipvs-owned.json")}),
-					Addrs:  addrs.New(kernelAddrs, cfg.Dataplane.Interface),
-					Logger: log,
-					Sync:   cfg.Sync,
+					IPVS:     ipvs.New(kernelIPVS, ipvs.FileLedger{Path: filepath.Join(stateDir, "ipvs-owned.json")}),
+					Addrs:    addrs.New(kernelAddrs, cfg.Dataplane.Interface),
+					Timeouts: kernelIPVS,
+					Logger:   log,
+					Sync:     cfg.Sync,
 				})
 				go func() { dp.Loop(srcCtx); close(done) }()
 			}

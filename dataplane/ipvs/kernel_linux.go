@@ -248,3 +248,30 @@ func parseHexAddrPort(s string) (netip.AddrPort, error) {
 	a := netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
 	return netip.AddrPortFrom(a, uint16(port)), nil
 }
+
+// EnsureTimeouts sets IPVS's global connection timeouts where t has a
+// non-zero value that differs from the kernel's; it reports whether it
+// wrote.
+func (k *NetlinkKernel) EnsureTimeouts(t config.IPVS) (bool, error) {
+	cur, err := k.h.GetConfig()
+	if err != nil {
+		return false, fmt.Errorf("reading IPVS timeouts: %w", err)
+	}
+	want := *cur
+	if t.TCPTimeout != 0 {
+		want.TimeoutTCP = t.TCPTimeout
+	}
+	if t.TCPFinTimeout != 0 {
+		want.TimeoutTCPFin = t.TCPFinTimeout
+	}
+	if t.UDPTimeout != 0 {
+		want.TimeoutUDP = t.UDPTimeout
+	}
+	if want == *cur {
+		return false, nil
+	}
+	if err := k.h.SetConfig(&want); err != nil {
+		return false, fmt.Errorf("setting IPVS timeouts (tcp %s, tcpfin %s, udp %s): %w", want.TimeoutTCP, want.TimeoutTCPFin, want.TimeoutUDP, err)
+	}
+	return true, nil
+}
