@@ -62,6 +62,7 @@ restarts or is upgraded.`,
 		newRunCommand(),
 		newCheckConfigCommand(),
 		newPlanCommand(),
+		newCleanupCommand(),
 		newVersionCommand(),
 	)
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {

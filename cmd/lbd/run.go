@@ -20,7 +20,10 @@ import (
 	"github.com/lbdproject/lbd/discovery/file"
 )
 
-const defaultStateDir = "/run/lbd"
+const (
+	defaultStateDir = "/run/lbd"
+	ledgerFile      = "ipvs-owned.json"
+)
 
 func newRunCommand() *cobra.Command {
 	var path, stateDir, logFormat, logLevel string
@@ -110,7 +113,7 @@ func runDaemon(ctx context.Context, log *slog.Logger, path, stateDir string) err
 				// The runner's timings come from the first configuration;
 				// a later change of [sync] needs a restart.
 				dp = dataplane.New(dataplane.Options{
-					IPVS:     ipvs.New(kernelIPVS, ipvs.FileLedger{Path: filepath.Join(stateDir, "ipvs-owned.json")}),
+					IPVS:     ipvs.New(kernelIPVS, ipvs.FileLedger{Path: filepath.Join(stateDir, ledgerFile)}),
 					Addrs:    addrs.New(kernelAddrs, cfg.Dataplane.Interface),
 					Timeouts: kernelIPVS,
 					Logger:   log,

@@ -116,3 +116,20 @@ func (k *NetlinkKernel) Delete(link string, a netip.Addr) error {
 	}
 	return k.h.AddrDel(l, hostAddr(a))
 }
+
+// DeleteLink removes the dummy link and with it every address on it. A
+// missing link is not an error; a link that is not a dummy is refused.
+func (k *NetlinkKernel) DeleteLink(name string) (bool, error) {
+	l, err := k.h.LinkByName(name)
+	var notFound netlink.LinkNotFoundError
+	if errors.As(err, &notFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	if l.Type() != "dummy" {
+		return false, fmt.Errorf("%s is a %s link, not lbd's dummy: left alone", name, l.Type())
+	}
+	return true, k.h.LinkDel(l)
+}

@@ -82,3 +82,13 @@ func (k *Kernel) String() string {
 	}
 	return b.String()
 }
+
+// DeleteLink removes a link and its addresses.
+func (k *Kernel) DeleteLink(name string) (bool, error) {
+	if _, ok := k.Links[name]; !ok {
+		return false, nil
+	}
+	k.Writes++
+	delete(k.Links, name)
+	return true, nil
+}

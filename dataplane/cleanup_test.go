@@ -1,0 +1,46 @@
+package dataplane_test
+
+import (
+	"net/netip"
+	"slices"
+	"testing"
+
+	"github.com/lbdproject/lbd/config"
+	"github.com/lbdproject/lbd/dataplane"
+	"github.com/lbdproject/lbd/dataplane/addrs/fakeaddrs"
+	"github.com/lbdproject/lbd/dataplane/desired"
+	"github.com/lbdproject/lbd/dataplane/ipvs"
+	"github.com/lbdproject/lbd/dataplane/ipvs/fakeipvs"
+)
+
+func TestCleanupRemovesOnlyWhatLbdOwns(t *testing.T) {
+	mine := desired.Key{Addr: netip.MustParseAddr("192.0.2.10"), Port: 80, Protocol: config.TCP}
+	theirs := desired.Key{Addr: netip.MustParseAddr("192.0.2.11"), Port: 80, Protocol: config.TCP}
+	gone := desired.Key{Addr: netip.MustParseAddr("192.0.2.12"), Port: 80, Protocol: config.TCP}
+	kv := &fakeipvs.Kernel{}
+	for _, k := range []desired.Key{mine, theirs} {
+		if err := kv.AddService(ipvs.Service{Key: k, Scheduler: "rr"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ledger := &fakeipvs.Ledger{Keys: map[desired.Key]bool{mine: true, gone: true}}
+	links := &fakeaddrs.Kernel{Links: map[string]map[netip.Addr]bool{
+		"lbd0": {netip.MustParseAddr("192.0.2.10"): true},
+		"eth0": {netip.MustParseAddr("198.51.100.1"): true},
+	}}
+	done, err := dataplane.Cleanup(kv, ledger, links, "lbd0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"IPVS virtual server 192.0.2.10:80/tcp", "dummy interface lbd0 and its VIPs"}
+	if !slices.Equal(done, want) {
+		t.Errorf("removed %q; want %q", done, want)
+	}
+	if kv.String() != "192.0.2.11:80/tcp rr flags=0x0 timeout=0\n" || links.String() != "eth0: 198.51.100.1\n" || len(ledger.Keys) != 0 {
+		t.Errorf("after cleanup:\n%s%s ledger %v", kv, links, ledger.Keys)
+	}
+	// A second run finds nothing.
+	if done, err := dataplane.Cleanup(kv, ledger, links, "lbd0"); err != nil || len(done) != 0 {
+		t.Errorf("second cleanup: %v, %v", done, err)
+	}
+}
