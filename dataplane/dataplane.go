@@ -35,6 +35,12 @@ type TimeoutSetter interface {
 	EnsureTimeouts(config.IPVS) (wrote bool, err error)
 }
 
+// ConntrackCleaner removes the conntrack entries of deleted UDP real
+// servers.
+type ConntrackCleaner interface {
+	DeleteUDP(dests []netip.AddrPort) (uint, error)
+}
+
 // SyncResult describes one sync, for logs, status and metrics.
 type SyncResult struct {
 	Reason   runner.Reason
@@ -59,6 +65,7 @@ type Dataplane struct {
 	ipvs     IPVSApplier
 	addrs    AddrApplier
 	timeouts TimeoutSetter
+	ct       ConntrackCleaner
 	log      *slog.Logger
 	run      *runner.Runner
 
@@ -79,9 +86,10 @@ type Dataplane struct {
 type Options struct {
 	IPVS  IPVSApplier
 	Addrs AddrApplier
-	// Timeouts is optional.
-	Timeouts TimeoutSetter
-	Logger   *slog.Logger
+	// Timeouts and Conntrack are optional.
+	Timeouts  TimeoutSetter
+	Conntrack ConntrackCleaner
+	Logger    *slog.Logger
 	// Sync holds the runner's timings; the configuration's [sync] table
 	// provides them in the daemon.
 	Sync config.Sync
@@ -93,7 +101,7 @@ func New(opts Options) *Dataplane {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	d := &Dataplane{ipvs: opts.IPVS, addrs: opts.Addrs, timeouts: opts.Timeouts, log: opts.Logger}
+	d := &Dataplane{ipvs: opts.IPVS, addrs: opts.Addrs, timeouts: opts.Timeouts, ct: opts.Conntrack, log: opts.Logger}
 	d.run = runner.New(d.sync, runner.Options{
 		MinInterval: opts.Sync.MinSyncPeriod,
 		MaxInterval: opts.Sync.SyncPeriod,
@@ -197,6 +205,14 @@ func (d *Dataplane) sync(_ context.Context, why runner.Reason) error {
 	res.Draining = ir.Draining
 	if err != nil {
 		errs = append(errs, fmt.Errorf("ipvs: %w", err))
+	}
+	if d.ct != nil && len(ir.DeletedUDP) > 0 {
+		n, err := d.ct.DeleteUDP(ir.DeletedUDP)
+		res.Writes++
+		if err != nil {
+			errs = append(errs, err)
+		}
+		d.log.Info("removed conntrack entries of deleted UDP real servers", "real_servers", len(ir.DeletedUDP), "entries", n)
 	}
 	res.Services = len(st.Services)
 	res.Err = errors.Join(errs...)

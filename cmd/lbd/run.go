@@ -15,6 +15,7 @@ import (
 	"github.com/lbdproject/lbd/config"
 	"github.com/lbdproject/lbd/dataplane"
 	"github.com/lbdproject/lbd/dataplane/addrs"
+	"github.com/lbdproject/lbd/dataplane/conntrack"
 	"github.com/lbdproject/lbd/dataplane/ipvs"
 	"github.com/lbdproject/lbd/dataplane/sysctl"
 	"github.com/lbdproject/lbd/discovery/file"
@@ -72,6 +73,11 @@ func runDaemon(ctx context.Context, log *slog.Logger, path, stateDir string) err
 		return err
 	}
 	defer kernelAddrs.Close()
+	ct, err := conntrack.Open()
+	if err != nil {
+		return err
+	}
+	defer ct.Close()
 	if err := sysctl.Ensure("/proc/sys", sysctl.Required(), log); err != nil {
 		log.Warn("kernel settings lbd relies on are not in place", "error", err)
 	}
@@ -113,11 +119,12 @@ func runDaemon(ctx context.Context, log *slog.Logger, path, stateDir string) err
 				// The runner's timings come from the first configuration;
 				// a later change of [sync] needs a restart.
 				dp = dataplane.New(dataplane.Options{
-					IPVS:     ipvs.New(kernelIPVS, ipvs.FileLedger{Path: filepath.Join(stateDir, ledgerFile)}),
-					Addrs:    addrs.New(kernelAddrs, cfg.Dataplane.Interface),
-					Timeouts: kernelIPVS,
-					Logger:   log,
-					Sync:     cfg.Sync,
+					IPVS:      ipvs.New(kernelIPVS, ipvs.FileLedger{Path: filepath.Join(stateDir, ledgerFile)}),
+					Addrs:     addrs.New(kernelAddrs, cfg.Dataplane.Interface),
+					Timeouts:  kernelIPVS,
+					Conntrack: ct,
+					Logger:    log,
+					Sync:      cfg.Sync,
 				})
 				go func() { dp.Loop(srcCtx); close(done) }()
 			}
