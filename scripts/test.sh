@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Runs every test of lbd: static checks, unit tests, then the end-to-end
+# tests on a real IPVS kernel (on the host when it has IPVS, else in a QEMU
+# guest; e2e/run.sh installs what it needs). Needs root for the e2e part.
+#
+#   scripts/test.sh            everything
+#   LBD_SKIP_E2E=1 scripts/test.sh   unit tests only
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+stage() { printf '\n== %s\n' "$*"; }
+start=$SECONDS
+
+command -v go >/dev/null || { echo "test.sh: Go is needed on PATH" >&2; exit 1; }
+export GOTOOLCHAIN=local
+# The race detector needs cgo and a C compiler.
+if ! command -v gcc >/dev/null; then
+	stage "installing gcc (for go test -race)"
+	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq gcc >/dev/null
+fi
+
+stage "go mod download"
+go mod download
+
+stage "gofmt"
+unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
+if [ -n "$unformatted" ]; then
+	echo "gofmt would change:"; echo "$unformatted"; exit 1
+fi
+
+stage "go vet"
+go vet ./...
+go vet -tags e2e ./e2e/...
+
+stage "unit tests"
+go test -race -count=1 ./...
+
+if [ "${LBD_SKIP_E2E:-}" = 1 ]; then
+	stage "e2e skipped (LBD_SKIP_E2E=1)"
+else
+	stage "end-to-end tests"
+	e2e/run.sh
+fi
+printf '\nall tests passed in %ds\n' $((SECONDS - start))
