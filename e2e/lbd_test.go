@@ -160,3 +160,6 @@ func eventually(t *testing.T, what string, cond func() error) {
 	t.Helper()
 	poll.Until(t, what, settleLimit, cond)
 }
+
+// demoMode reports whether scripts/demo.sh asked for the demo's full output.
+func demoMode() bool { return os.Getenv("LBD_E2E_DEMO") == "1" }
