@@ -76,6 +76,10 @@ type Dataplane struct {
 	last       SyncResult
 	onSync     []func(SyncResult)
 
+	// kernel holds the destination weights in the kernel as the IPVS
+	// applier last knew them, for status.
+	kernel map[desired.Key]map[netip.AddrPort]int
+
 	// applied is the last desired state applied and the configuration it
 	// came from; only the sync goroutine touches them.
 	applied    *desired.State
@@ -143,6 +147,30 @@ func (d *Dataplane) Last() SyncResult {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.last
+}
+
+// KernelWeigher is implemented by an IPVS applier that can say what the
+// kernel holds without reading it.
+type KernelWeigher interface {
+	KernelWeights() map[desired.Key]map[netip.AddrPort]int
+}
+
+// View is what status shows of the dataplane.
+type View struct {
+	Last    SyncResult
+	Desired desired.State
+	// Kernel holds each destination's weight in the kernel as of the last
+	// sync; a missing entry is not in the kernel.
+	Kernel map[desired.Key]map[netip.AddrPort]int
+}
+
+// View returns the current desired state, the last sync and the kernel's
+// weights as of that sync.
+func (d *Dataplane) View() View {
+	st, _, _ := d.desired()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return View{Last: d.last, Desired: st, Kernel: d.kernel}
 }
 
 // Desired computes the desired state from the current inputs; ok is false
@@ -216,6 +244,12 @@ func (d *Dataplane) sync(_ context.Context, why runner.Reason) error {
 	}
 	res.Services = len(st.Services)
 	res.Err = errors.Join(errs...)
+	if kw, ok := d.ipvs.(KernelWeigher); ok {
+		weights := kw.KernelWeights()
+		d.mu.Lock()
+		d.kernel = weights
+		d.mu.Unlock()
+	}
 	if res.Err == nil && res.Held == "" {
 		d.applied, d.appliedCfg = &st, cfg
 	}

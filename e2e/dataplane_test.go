@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -87,6 +88,38 @@ func TestDataplane(t *testing.T) {
 			return fmt.Errorf("lbd0 has %v, want %v", got, want)
 		}
 		return nil
+	})
+
+	t.Run("lbd status shows desired and kernel weights", func(t *testing.T) {
+		var snap struct {
+			Sync     struct{ Writes int }
+			Services []struct {
+				VirtualServer string `json:"virtual_server"`
+				RealServers   []struct {
+					Address      string
+					Weight       int
+					KernelWeight *int `json:"kernel_weight"`
+				} `json:"real_servers"`
+			}
+		}
+		eventually(t, "lbd status to answer", func() error {
+			out, err := dir.Exec(l.bin, "status", "-o", "json", "--socket", l.socket())
+			if err != nil {
+				return err
+			}
+			return json.Unmarshal([]byte(out), &snap)
+		})
+		if len(snap.Services) != 4 {
+			t.Fatalf("status lists %d virtual servers; want 4: %+v", len(snap.Services), snap)
+		}
+		for _, s := range snap.Services {
+			for _, r := range s.RealServers {
+				if r.KernelWeight == nil || *r.KernelWeight != r.Weight {
+					t.Errorf("%s -> %s: desired weight %d, kernel %v", s.VirtualServer, r.Address, r.Weight, r.KernelWeight)
+				}
+			}
+		}
+		t.Logf("lbd status:\n%s", dir.MustExec(t, l.bin, "status", "--socket", l.socket()))
 	})
 
 	t.Run("rr spreads requests over every real server", func(t *testing.T) {

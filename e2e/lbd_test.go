@@ -47,15 +47,21 @@ func startLBD(t *testing.T, dir *topo.Director, config string) *lbd {
 	return l
 }
 
+// socket is the status socket: the configuration's default, /run/lbd,
+// would be shared by every lbd of the guest, so tests give each its own.
+func (l *lbd) socket() string { return filepath.Join(l.stateDir, "lbd.sock") }
+
 // start starts (or, after a kill, restarts) the daemon.
 func (l *lbd) start() {
 	l.proc = l.dir.Start(l.owner, "lbd", l.bin, "run", "-c", l.cfgPath, "--state-dir", l.stateDir, "--log-level", "debug")
 }
 
 // writeConfig replaces the configuration the way editors do: a new file
-// renamed over the old one.
+// renamed over the old one. It adds a [status] table with this lbd's own
+// socket.
 func (l *lbd) writeConfig(t *testing.T, config string) {
 	t.Helper()
+	config += fmt.Sprintf("\n[status]\nsocket = %q\n", l.socket())
 	tmp := l.cfgPath + ".new"
 	if err := os.WriteFile(tmp, []byte(config), 0o644); err != nil {
 		t.Fatal(err)

@@ -62,6 +62,7 @@ restarts or is upgraded.`,
 		newRunCommand(),
 		newCheckConfigCommand(),
 		newPlanCommand(),
+		newStatusCommand(),
 		newCleanupCommand(),
 		newVersionCommand(),
 	)

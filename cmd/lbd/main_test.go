@@ -28,6 +28,8 @@ func TestCommands(t *testing.T) {
 		{"bad log format", []string{"run", "--log-format", "xml", "-c", bad}, 2, "", `--log-format "xml": expected text or json`},
 		{"version", []string{"version"}, 0, "lbd ", ""},
 		{"plan", []string{"plan", "../../examples/lbd.toml"}, 0, "-A -t 192.0.2.10:80 -s wrr\n-a -t 192.0.2.10:80 -r 10.10.0.11:8080 -m -w 3\n", ""},
+		{"status without a daemon", []string{"status", "--socket", bad + ".sock"}, 3, "", "lbd is not running"},
+		{"status with a bad output format", []string{"status", "-o", "yaml"}, 2, "", `-o "yaml": expected text or json`},
 		{"plan of an invalid file", []string{"plan", bad}, 1, "", "99999 is out of range"},
 	}
 	for _, tt := range tests {

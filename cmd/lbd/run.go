@@ -9,6 +9,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -19,6 +20,8 @@ import (
 	"github.com/lbdproject/lbd/dataplane/ipvs"
 	"github.com/lbdproject/lbd/dataplane/sysctl"
 	"github.com/lbdproject/lbd/discovery/file"
+	"github.com/lbdproject/lbd/metrics"
+	"github.com/lbdproject/lbd/status"
 )
 
 const (
@@ -96,6 +99,7 @@ func runDaemon(ctx context.Context, log *slog.Logger, path, stateDir string) err
 	errc := make(chan error, 1)
 	go func() { errc <- src.Run(srcCtx) }()
 
+	m := metrics.New()
 	var dp *dataplane.Dataplane
 	done := make(chan struct{})
 	defer func() {
@@ -115,9 +119,11 @@ func runDaemon(ctx context.Context, log *slog.Logger, path, stateDir string) err
 				updates = nil
 				continue
 			}
+			m.ObserveConfigLoad(true, time.Now())
 			if dp == nil {
-				// The runner's timings come from the first configuration;
-				// a later change of [sync] needs a restart.
+				// The runner's timings, the status socket and the metrics
+				// address come from the first configuration; changing them
+				// needs a restart.
 				dp = dataplane.New(dataplane.Options{
 					IPVS:      ipvs.New(kernelIPVS, ipvs.FileLedger{Path: filepath.Join(stateDir, ledgerFile)}),
 					Addrs:     addrs.New(kernelAddrs, cfg.Dataplane.Interface),
@@ -126,7 +132,9 @@ func runDaemon(ctx context.Context, log *slog.Logger, path, stateDir string) err
 					Logger:    log,
 					Sync:      cfg.Sync,
 				})
+				dp.OnSync(m.ObserveSync)
 				go func() { dp.Loop(srcCtx); close(done) }()
+				go serveStatus(srcCtx, log, cfg.Status, src, dp, m)
 			}
 			dp.SetConfig(cfg)
 		case err := <-errc:
@@ -136,5 +144,24 @@ func runDaemon(ctx context.Context, log *slog.Logger, path, stateDir string) err
 			log.Info("lbd stopped; the dataplane stays in place")
 			return nil
 		}
+	}
+}
+
+// serveStatus serves the status socket and the metrics until ctx ends; a
+// failure to listen is logged, not fatal: the dataplane matters more.
+func serveStatus(ctx context.Context, log *slog.Logger, cfg config.Status, src *file.Source, dp *dataplane.Dataplane, m *metrics.Metrics) {
+	snapshot := func() status.Snapshot {
+		return status.Build(buildVersion(), time.Now(), src.Status(), dp.View())
+	}
+	go func() {
+		if err := status.Serve(ctx, cfg.Socket, snapshot); err != nil {
+			log.Error("status socket unavailable; lbd status will not answer", "error", err)
+		}
+	}()
+	if cfg.MetricsListen == "" {
+		return
+	}
+	if err := m.Serve(ctx, cfg.MetricsListen); err != nil {
+		log.Error("metrics unavailable", "error", err)
 	}
 }

@@ -68,6 +68,9 @@ type Service struct {
 type Dest struct {
 	Addr   netip.AddrPort
 	Weight int
+	// ConfigWeight is the weight the configuration gives; Weight differs
+	// when health or quorum changed it.
+	ConfigWeight int
 	// Source is where the real server comes from (a file position, or
 	// "consul:NAME").
 	Source string
@@ -170,7 +173,7 @@ func destinations(s *config.Service, in Input) []Dest {
 		for _, r := range reals {
 			out = append(out, dest(r, 0))
 		}
-		out = append(out, Dest{Addr: *s.SorryServer, Weight: 1, Source: "sorry_server of " + s.Name})
+		out = append(out, Dest{Addr: *s.SorryServer, Weight: 1, ConfigWeight: 1, Source: "sorry_server of " + s.Name})
 	default: // QuorumKeep: the checks are more likely wrong than every server
 		for _, r := range reals {
 			out = append(out, dest(r, r.Weight))
@@ -183,7 +186,7 @@ func destinations(s *config.Service, in Input) []Dest {
 }
 
 func dest(r config.RealServer, weight int) Dest {
-	return Dest{Addr: r.AddrPort(), Weight: weight, Source: r.Pos.String()}
+	return Dest{Addr: r.AddrPort(), Weight: weight, ConfigWeight: r.Weight, Source: r.Pos.String()}
 }
 
 func isHealthy(service string, r config.RealServer, health map[HealthKey]bool) bool {

@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 
 	"github.com/lbdproject/lbd/dataplane/addrs"
@@ -16,6 +17,7 @@ import (
 
 // Kernel maps interface names to their addresses.
 type Kernel struct {
+	mu            sync.Mutex
 	Links         map[string]map[netip.Addr]bool
 	Dumps, Writes int
 }
@@ -23,6 +25,8 @@ type Kernel struct {
 var _ addrs.Kernel = (*Kernel)(nil)
 
 func (k *Kernel) EnsureLink(name string) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
 	if k.Links == nil {
 		k.Links = map[string]map[netip.Addr]bool{}
 	}
@@ -33,6 +37,8 @@ func (k *Kernel) EnsureLink(name string) error {
 }
 
 func (k *Kernel) Dump(link string) ([]netip.Addr, map[netip.Addr]string, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
 	k.Dumps++
 	var on []netip.Addr
 	elsewhere := map[netip.Addr]string{}
@@ -49,6 +55,8 @@ func (k *Kernel) Dump(link string) ([]netip.Addr, map[netip.Addr]string, error) 
 }
 
 func (k *Kernel) Add(link string, a netip.Addr) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
 	k.Writes++
 	l, ok := k.Links[link]
 	if !ok {
@@ -62,6 +70,8 @@ func (k *Kernel) Add(link string, a netip.Addr) error {
 }
 
 func (k *Kernel) Delete(link string, a netip.Addr) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
 	k.Writes++
 	if !k.Links[link][a] {
 		return fmt.Errorf("%s on %s: %w", a, link, syscall.EADDRNOTAVAIL)
@@ -72,6 +82,8 @@ func (k *Kernel) Delete(link string, a netip.Addr) error {
 
 // String lists the links and their addresses, sorted.
 func (k *Kernel) String() string {
+	k.mu.Lock()
+	defer k.mu.Unlock()
 	var b strings.Builder
 	for _, name := range slices.Sorted(maps.Keys(k.Links)) {
 		var as []string
@@ -85,10 +97,19 @@ func (k *Kernel) String() string {
 
 // DeleteLink removes a link and its addresses.
 func (k *Kernel) DeleteLink(name string) (bool, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
 	if _, ok := k.Links[name]; !ok {
 		return false, nil
 	}
 	k.Writes++
 	delete(k.Links, name)
 	return true, nil
+}
+
+// Counts returns how many dumps and writes the kernel has seen.
+func (k *Kernel) Counts() (dumps, writes int) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.Dumps, k.Writes
 }

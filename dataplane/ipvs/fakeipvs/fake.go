@@ -9,14 +9,17 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 
 	"github.com/lbdproject/lbd/dataplane/desired"
 	"github.com/lbdproject/lbd/dataplane/ipvs"
 )
 
-// Kernel is the fake IPVS table. The zero value is empty and ready.
+// Kernel is the fake IPVS table. The zero value is empty and ready. It is
+// safe for concurrent use, as tests drift it while a sync loop runs.
 type Kernel struct {
+	mu       sync.Mutex
 	services map[desired.Key]*ipvs.Service
 	// Dumps and Writes count calls; Fail, when set, makes the next write
 	// for that key fail with it (once).
@@ -40,6 +43,8 @@ func (k *Kernel) svc(key desired.Key) (*ipvs.Service, error) {
 
 // Dump returns a deep copy of the table.
 func (k *Kernel) Dump() ([]ipvs.Service, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
 	k.Dumps++
 	var out []ipvs.Service
 	for _, s := range k.services {
@@ -51,6 +56,8 @@ func (k *Kernel) Dump() ([]ipvs.Service, error) {
 }
 
 func (k *Kernel) AddService(s ipvs.Service) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
 	k.Writes++
 	if err := k.Fail[s.Key]; err != nil {
 		delete(k.Fail, s.Key)
@@ -68,6 +75,8 @@ func (k *Kernel) AddService(s ipvs.Service) error {
 }
 
 func (k *Kernel) UpdateService(s ipvs.Service) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
 	k.Writes++
 	old, err := k.svc(s.Key)
 	if err != nil {
@@ -79,6 +88,8 @@ func (k *Kernel) UpdateService(s ipvs.Service) error {
 }
 
 func (k *Kernel) DeleteService(key desired.Key) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
 	k.Writes++
 	if _, err := k.svc(key); err != nil {
 		return err
@@ -88,6 +99,8 @@ func (k *Kernel) DeleteService(key desired.Key) error {
 }
 
 func (k *Kernel) AddDest(key desired.Key, d ipvs.Dest) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
 	k.Writes++
 	s, err := k.svc(key)
 	if err != nil {
@@ -101,6 +114,8 @@ func (k *Kernel) AddDest(key desired.Key, d ipvs.Dest) error {
 }
 
 func (k *Kernel) UpdateDest(key desired.Key, d ipvs.Dest) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
 	k.Writes++
 	s, err := k.svc(key)
 	if err != nil {
@@ -115,6 +130,8 @@ func (k *Kernel) UpdateDest(key desired.Key, d ipvs.Dest) error {
 }
 
 func (k *Kernel) DeleteDest(key desired.Key, addr netip.AddrPort) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
 	k.Writes++
 	s, err := k.svc(key)
 	if err != nil {
@@ -130,6 +147,8 @@ func (k *Kernel) DeleteDest(key desired.Key, addr netip.AddrPort) error {
 
 // SetConns sets a destination's connection counts, as traffic would.
 func (k *Kernel) SetConns(key desired.Key, addr netip.AddrPort, active, inactive int) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
 	for i := range k.services[key].Dests {
 		if k.services[key].Dests[i].Addr == addr {
 			k.services[key].Dests[i].ActiveConns, k.services[key].Dests[i].InactiveConns = active, inactive
@@ -140,6 +159,8 @@ func (k *Kernel) SetConns(key desired.Key, addr netip.AddrPort, active, inactive
 // String renders the table sorted, one line per virtual server and
 // destination, for golden comparisons.
 func (k *Kernel) String() string {
+	k.mu.Lock()
+	defer k.mu.Unlock()
 	var b strings.Builder
 	for _, key := range slices.SortedFunc(maps.Keys(k.services), desired.Key.Compare) {
 		s := k.services[key]
@@ -151,6 +172,13 @@ func (k *Kernel) String() string {
 		}
 	}
 	return b.String()
+}
+
+// Counts returns how many dumps and writes the kernel has seen.
+func (k *Kernel) Counts() (dumps, writes int) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.Dumps, k.Writes
 }
 
 // Ledger is an in-memory ipvs.Ledger.

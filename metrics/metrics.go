@@ -1,0 +1,150 @@
+// Package metrics exposes lbd's Prometheus metrics. Each subsystem reports
+// into it through a small method; adding a metric is one field and one
+// line where the event happens.
+package metrics
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/lbdproject/lbd/dataplane"
+)
+
+// Metrics holds lbd's registry and its metrics.
+type Metrics struct {
+	reg *prometheus.Registry
+
+	syncDuration *prometheus.HistogramVec
+	syncLast     prometheus.Gauge
+	syncWrites   prometheus.Histogram
+	kernelWrites prometheus.Counter
+	kernelDumps  prometheus.Counter
+	syncErrors   prometheus.Counter
+	syncHeld     prometheus.Counter
+	services     prometheus.Gauge
+	draining     prometheus.Gauge
+	configLoads  *prometheus.CounterVec
+	configLast   *prometheus.GaugeVec
+}
+
+// New returns the metrics in a registry of their own, with the Go runtime
+// and process collectors.
+func New() *Metrics {
+	m := &Metrics{
+		reg: prometheus.NewRegistry(),
+		syncDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "lbd_sync_duration_seconds",
+			Help:    "Time one sync of the kernel state took, by why it ran (requested, periodic, retry).",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16), // 0.5 ms .. 16 s
+		}, []string{"reason"}),
+		syncLast: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "lbd_sync_last_timestamp_seconds",
+			Help: "When the last sync ran (Unix time).",
+		}),
+		syncWrites: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "lbd_sync_kernel_writes",
+			Help:    "Kernel writes per sync.",
+			Buckets: []float64{0, 1, 3, 10, 30, 100, 1000, 10000, 100000},
+		}),
+		kernelWrites: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "lbd_kernel_writes_total",
+			Help: "Kernel writes made by syncs.",
+		}),
+		kernelDumps: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "lbd_kernel_dumps_total",
+			Help: "Kernel state dumps made by syncs.",
+		}),
+		syncErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "lbd_sync_errors_total",
+			Help: "Syncs that failed (and were retried).",
+		}),
+		syncHeld: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "lbd_sync_held_total",
+			Help: "Syncs held back by the safety valve.",
+		}),
+		services: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "lbd_virtual_servers",
+			Help: "IPVS virtual servers in the desired state.",
+		}),
+		draining: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "lbd_real_servers_draining",
+			Help: "Real servers kept at weight 0 until their connections end.",
+		}),
+		configLoads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "lbd_config_loads_total",
+			Help: "Configuration loads, by result (applied, rejected).",
+		}, []string{"result"}),
+		configLast: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "lbd_config_last_load_timestamp_seconds",
+			Help: "When the configuration was last loaded (Unix time), by result.",
+		}, []string{"result"}),
+	}
+	m.reg.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		m.syncDuration, m.syncLast, m.syncWrites, m.kernelWrites, m.kernelDumps,
+		m.syncErrors, m.syncHeld, m.services, m.draining, m.configLoads, m.configLast,
+	)
+	return m
+}
+
+// Registry returns the registry, for tests and for other packages'
+// collectors.
+func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
+
+// ObserveSync records one sync.
+func (m *Metrics) ObserveSync(r dataplane.SyncResult) {
+	if r.Waiting {
+		return
+	}
+	m.syncDuration.WithLabelValues(r.Reason.String()).Observe(r.Duration.Seconds())
+	m.syncLast.Set(float64(r.Start.UnixNano()) / 1e9)
+	m.syncWrites.Observe(float64(r.Writes))
+	m.kernelWrites.Add(float64(r.Writes))
+	m.kernelDumps.Add(float64(r.Dumps))
+	m.services.Set(float64(r.Services))
+	m.draining.Set(float64(r.Draining))
+	if r.Err != nil {
+		m.syncErrors.Inc()
+	}
+	if r.Held != "" {
+		m.syncHeld.Inc()
+	}
+}
+
+// ObserveConfigLoad records a configuration load.
+func (m *Metrics) ObserveConfigLoad(applied bool, at time.Time) {
+	result := "applied"
+	if !applied {
+		result = "rejected"
+	}
+	m.configLoads.WithLabelValues(result).Inc()
+	m.configLast.WithLabelValues(result).Set(float64(at.UnixNano()) / 1e9)
+}
+
+// Serve serves /metrics on addr until ctx ends.
+func (m *Metrics) Serve(ctx context.Context, addr string) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("metrics listener: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		<-ctx.Done()
+		_ = srv.Close()
+	}()
+	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("metrics listener: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,43 @@
+package metrics
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/lbdproject/lbd/dataplane"
+	"github.com/lbdproject/lbd/dataplane/runner"
+)
+
+func TestObserveSync(t *testing.T) {
+	m := New()
+	m.ObserveSync(dataplane.SyncResult{Reason: runner.Requested, Start: time.Unix(100, 0), Duration: 2 * time.Millisecond, Writes: 3, Dumps: 0, Services: 4})
+	m.ObserveSync(dataplane.SyncResult{Reason: runner.Periodic, Start: time.Unix(130, 0), Duration: 40 * time.Millisecond, Writes: 0, Dumps: 3, Services: 4, Err: errors.New("x")})
+	m.ObserveSync(dataplane.SyncResult{Waiting: true})
+	err := testutil.GatherAndCompare(m.Registry(), strings.NewReader(`
+# HELP lbd_kernel_writes_total Kernel writes made by syncs.
+# TYPE lbd_kernel_writes_total counter
+lbd_kernel_writes_total 3
+# HELP lbd_kernel_dumps_total Kernel state dumps made by syncs.
+# TYPE lbd_kernel_dumps_total counter
+lbd_kernel_dumps_total 3
+# HELP lbd_sync_errors_total Syncs that failed (and were retried).
+# TYPE lbd_sync_errors_total counter
+lbd_sync_errors_total 1
+# HELP lbd_sync_last_timestamp_seconds When the last sync ran (Unix time).
+# TYPE lbd_sync_last_timestamp_seconds gauge
+lbd_sync_last_timestamp_seconds 130
+# HELP lbd_virtual_servers IPVS virtual servers in the desired state.
+# TYPE lbd_virtual_servers gauge
+lbd_virtual_servers 4
+`), "lbd_kernel_writes_total", "lbd_kernel_dumps_total", "lbd_sync_errors_total", "lbd_sync_last_timestamp_seconds", "lbd_virtual_servers")
+	if err != nil {
+		t.Error(err)
+	}
+	if n := testutil.CollectAndCount(m.syncDuration); n != 2 {
+		t.Errorf("sync duration series: %d; want one per reason seen (2)", n)
+	}
+}

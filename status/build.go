@@ -1,0 +1,92 @@
+package status
+
+import (
+	"fmt"
+	"maps"
+	"net/netip"
+	"slices"
+	"time"
+
+	"github.com/lbdproject/lbd/dataplane"
+	"github.com/lbdproject/lbd/dataplane/desired"
+	"github.com/lbdproject/lbd/discovery/file"
+)
+
+// Build assembles a Snapshot from the configuration source's status and
+// the dataplane's view.
+func Build(version string, now time.Time, cfg file.Status, v dataplane.View) Snapshot {
+	s := Snapshot{
+		Version: version,
+		Time:    now,
+		Config: Config{
+			Path:   cfg.Path,
+			Files:  cfg.Files,
+			Loaded: cfg.Loaded,
+			Hash:   cfg.Hash,
+		},
+		Sync: Sync{
+			Time:     v.Last.Start,
+			Reason:   v.Last.Reason.String(),
+			Duration: v.Last.Duration,
+			Writes:   v.Last.Writes,
+			Dumps:    v.Last.Dumps,
+			Held:     v.Last.Held,
+			Waiting:  v.Last.Waiting,
+		},
+		Services: []Service{},
+	}
+	if cfg.Err != nil {
+		s.Config.Error, s.Config.ErrorTime = cfg.Err.Error(), cfg.ErrTime
+	}
+	if v.Last.Err != nil {
+		s.Sync.Error = v.Last.Err.Error()
+	}
+	for _, svc := range v.Desired.Services {
+		s.Services = append(s.Services, service(svc, v.Kernel[svc.Key]))
+	}
+	return s
+}
+
+func service(svc desired.Service, kernel map[netip.AddrPort]int) Service {
+	out := Service{
+		Name:          svc.Name,
+		VirtualServer: svc.Key.String(),
+		Scheduler:     svc.Scheduler,
+		Source:        svc.Source,
+		RealServers:   []RealServer{},
+	}
+	if svc.Flags&desired.FlagPersistent != 0 {
+		out.Persistence = fmt.Sprintf("persistent %ds", svc.Timeout)
+	}
+	seen := map[netip.AddrPort]bool{}
+	for _, d := range svc.Dests {
+		seen[d.Addr] = true
+		out.RealServers = append(out.RealServers, RealServer{
+			Address:      d.Addr.String(),
+			Source:       d.Source,
+			ConfigWeight: d.ConfigWeight,
+			Weight:       d.Weight,
+			KernelWeight: weightIn(kernel, d.Addr),
+		})
+	}
+	// Destinations the kernel still holds but the desired state dropped:
+	// draining until their connections end.
+	for _, addr := range slices.SortedFunc(maps.Keys(kernel), netip.AddrPort.Compare) {
+		if !seen[addr] {
+			out.RealServers = append(out.RealServers, RealServer{
+				Address:      addr.String(),
+				Source:       "draining: no longer desired",
+				KernelWeight: weightIn(kernel, addr),
+			})
+		}
+	}
+	return out
+}
+
+func weightIn(kernel map[netip.AddrPort]int, addr netip.AddrPort) *int {
+	w, ok := kernel[addr]
+	if !ok {
+		return nil
+	}
+	return &w
+}

@@ -1,0 +1,69 @@
+package status
+
+import (
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// WriteText renders s for people: a summary, then an ipvsadm -Ln-like table
+// with configured, desired and kernel weights and where each piece comes
+// from.
+func WriteText(w io.Writer, s Snapshot) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "lbd %s\n", s.Version)
+	fmt.Fprintf(&b, "config: %s (%d files, hash %s, loaded %s)\n", s.Config.Path, len(s.Config.Files), s.Config.Hash, ago(s.Time, s.Config.Loaded))
+	if s.Config.Error != "" {
+		fmt.Fprintf(&b, "config REJECTED %s; the configuration above stays in force:\n", ago(s.Time, s.Config.ErrorTime))
+		for _, l := range strings.Split(s.Config.Error, "\n") {
+			fmt.Fprintf(&b, "  %s\n", l)
+		}
+	}
+	switch {
+	case s.Sync.Time.IsZero():
+		b.WriteString("sync: none yet\n")
+	case s.Sync.Waiting:
+		b.WriteString("sync: waiting for every source's first snapshot\n")
+	default:
+		result := "ok"
+		if s.Sync.Error != "" {
+			result = "FAILED: " + s.Sync.Error
+		}
+		fmt.Fprintf(&b, "sync: %s (%s, %s, %d writes, %d dumps): %s\n", ago(s.Time, s.Sync.Time), s.Sync.Reason, s.Sync.Duration.Round(time.Microsecond), s.Sync.Writes, s.Sync.Dumps, result)
+	}
+	if s.Sync.Held != "" {
+		fmt.Fprintf(&b, "HELD by the safety valve: %s\n", s.Sync.Held)
+	}
+	b.WriteString("\n")
+	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "VIRTUAL SERVER / REAL SERVER\tSCHED\tCONFIG\tDESIRED\tKERNEL\tSOURCE")
+	for _, svc := range s.Services {
+		sched := svc.Scheduler
+		if svc.Persistence != "" {
+			sched += " " + svc.Persistence
+		}
+		fmt.Fprintf(tw, "%s (%s)\t%s\t\t\t\t%s\n", svc.VirtualServer, svc.Name, sched, svc.Source)
+		for _, r := range svc.RealServers {
+			kernel := "-"
+			if r.KernelWeight != nil {
+				kernel = strconv.Itoa(*r.KernelWeight)
+			}
+			fmt.Fprintf(tw, "  -> %s\t\t%d\t%d\t%s\t%s\n", r.Address, r.ConfigWeight, r.Weight, kernel, r.Source)
+		}
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func ago(now, t time.Time) string {
+	if t.IsZero() {
+		return "never"
+	}
+	return fmt.Sprintf("%s ago", now.Sub(t).Round(time.Second))
+}

@@ -1,0 +1,142 @@
+// Package status serves what the daemon is doing to `lbd status`, over a
+// root-only unix socket, and renders it for people and scripts.
+package status
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"syscall"
+	"time"
+)
+
+// Snapshot is everything `lbd status` shows. It is JSON on the socket and
+// the -o json output, so field names are part of lbd's interface.
+type Snapshot struct {
+	Version  string    `json:"version"`
+	Time     time.Time `json:"time"`
+	Config   Config    `json:"config"`
+	Sync     Sync      `json:"sync"`
+	Services []Service `json:"services"`
+}
+
+// Config is the configuration in force and the latest load.
+type Config struct {
+	Path   string    `json:"path"`
+	Files  []string  `json:"files"`
+	Loaded time.Time `json:"loaded"`
+	Hash   string    `json:"hash"`
+	// Error is why the files on disk were rejected ("" when they load).
+	Error     string    `json:"error,omitempty"`
+	ErrorTime time.Time `json:"error_time,omitzero"`
+}
+
+// Sync is the latest sync of the kernel.
+type Sync struct {
+	Time     time.Time     `json:"time"`
+	Reason   string        `json:"reason"`
+	Duration time.Duration `json:"duration_ns"`
+	Writes   int           `json:"writes"`
+	Dumps    int           `json:"dumps"`
+	Error    string        `json:"error,omitempty"`
+	Held     string        `json:"held,omitempty"`
+	Waiting  bool          `json:"waiting,omitempty"`
+}
+
+// Service is one IPVS virtual server.
+type Service struct {
+	Name          string       `json:"name"`
+	VirtualServer string       `json:"virtual_server"` // 192.0.2.10:80/tcp
+	Scheduler     string       `json:"scheduler"`
+	Persistence   string       `json:"persistence,omitempty"`
+	Source        string       `json:"source"`
+	RealServers   []RealServer `json:"real_servers"`
+}
+
+// RealServer is one destination of a virtual server.
+type RealServer struct {
+	Address      string `json:"address"`
+	Source       string `json:"source"`
+	ConfigWeight int    `json:"config_weight"`
+	Weight       int    `json:"weight"` // desired, after health and quorum
+	// KernelWeight is nil when the kernel does not hold the destination.
+	KernelWeight *int `json:"kernel_weight"`
+}
+
+// Serve answers GET /status on a unix socket at path with snapshot() until
+// ctx ends. The socket is created mode 0600 in a directory of mode 0700:
+// status shows the whole configuration, so it is root's.
+func Serve(ctx context.Context, path string, snapshot func() Snapshot) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return fmt.Errorf("status socket directory: %w", err)
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("removing stale status socket: %w", err)
+	}
+	old := syscall.Umask(0o177)
+	ln, err := net.Listen("unix", path)
+	syscall.Umask(old)
+	if err != nil {
+		return fmt.Errorf("status socket: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /status", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(snapshot())
+	})
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		<-ctx.Done()
+		_ = srv.Close()
+	}()
+	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("status socket: %w", err)
+	}
+	_ = os.Remove(path)
+	return nil
+}
+
+// ErrNotRunning says no daemon answers on the socket.
+var ErrNotRunning = errors.New("lbd is not running")
+
+// Fetch asks the daemon at the socket for its status.
+func Fetch(ctx context.Context, path string) (Snapshot, error) {
+	client := &http.Client{Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", path)
+		},
+	}}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://lbd/status", nil)
+	if err != nil {
+		return Snapshot{}, err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) || errors.Is(err, syscall.ECONNREFUSED) {
+			return Snapshot{}, fmt.Errorf("%w (nothing answers on %s)", ErrNotRunning, path)
+		}
+		if errors.Is(err, os.ErrPermission) {
+			return Snapshot{}, fmt.Errorf("%s: %w (lbd status needs root)", path, err)
+		}
+		return Snapshot{}, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
+		return Snapshot{}, fmt.Errorf("status: %s: %s", resp.Status, b)
+	}
+	var s Snapshot
+	if err := json.NewDecoder(resp.Body).Decode(&s); err != nil {
+		return Snapshot{}, fmt.Errorf("reading status: %w", err)
+	}
+	return s, nil
+}

@@ -1,0 +1,91 @@
+package status
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lbdproject/lbd/config"
+	"github.com/lbdproject/lbd/dataplane"
+	"github.com/lbdproject/lbd/dataplane/desired"
+	"github.com/lbdproject/lbd/discovery/file"
+)
+
+func view() dataplane.View {
+	key := desired.Key{Addr: netip.MustParseAddr("192.0.2.10"), Port: 80, Protocol: config.TCP}
+	rs1, rs2, gone := netip.MustParseAddrPort("10.0.0.1:80"), netip.MustParseAddrPort("10.0.0.2:80"), netip.MustParseAddrPort("10.0.0.3:80")
+	return dataplane.View{
+		Last: dataplane.SyncResult{Start: time.Unix(1000, 0), Duration: time.Millisecond, Writes: 2, Dumps: 1},
+		Desired: desired.State{Services: []desired.Service{{
+			Key: key, Scheduler: "wrr", Name: "web", Source: "lbd.toml:3:1",
+			Flags: desired.FlagPersistent, Timeout: 600,
+			Dests: []desired.Dest{
+				{Addr: rs1, Weight: 3, ConfigWeight: 3, Source: "lbd.toml:8:1"},
+				{Addr: rs2, Weight: 0, ConfigWeight: 1, Source: "lbd.toml:11:1"},
+			},
+		}}},
+		Kernel: map[desired.Key]map[netip.AddrPort]int{key: {rs1: 3, gone: 0}},
+	}
+}
+
+func TestWriteText(t *testing.T) {
+	snap := Build("1.0", time.Unix(1010, 0), file.Status{Path: "/etc/lbd/lbd.toml", Files: []string{"/etc/lbd/lbd.toml"}, Loaded: time.Unix(990, 0), Hash: "abc",
+		Err: errors.New("lbd.toml:4:1: port: bad"), ErrTime: time.Unix(1005, 0)}, view())
+	var b strings.Builder
+	if err := WriteText(&b, snap); err != nil {
+		t.Fatal(err)
+	}
+	want := `lbd 1.0
+config: /etc/lbd/lbd.toml (1 files, hash abc, loaded 20s ago)
+config REJECTED 5s ago; the configuration above stays in force:
+  lbd.toml:4:1: port: bad
+sync: 10s ago (requested, 1ms, 2 writes, 1 dumps): ok
+
+VIRTUAL SERVER / REAL SERVER  SCHED                CONFIG  DESIRED  KERNEL  SOURCE
+192.0.2.10:80/tcp (web)       wrr persistent 600s                           lbd.toml:3:1
+  -> 10.0.0.1:80                                   3       3        3       lbd.toml:8:1
+  -> 10.0.0.2:80                                   1       0        -       lbd.toml:11:1
+  -> 10.0.0.3:80                                   0       0        0       draining: no longer desired
+`
+	if b.String() != want {
+		t.Errorf("got:\n%s\nwant:\n%s", b.String(), want)
+	}
+}
+
+func TestServeAndFetch(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "run")
+	sock := filepath.Join(dir, "lbd.sock")
+	if _, err := Fetch(t.Context(), sock); !errors.Is(err, ErrNotRunning) {
+		t.Fatalf("without a daemon: %v; want ErrNotRunning", err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- Serve(ctx, sock, func() Snapshot { return Build("1.0", time.Now(), file.Status{Path: "p"}, view()) }) }()
+	var snap Snapshot
+	var err error
+	for i := 0; i < 100; i++ {
+		if snap, err = Fetch(t.Context(), sock); err == nil {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(snap.Services) != 1 || len(snap.Services[0].RealServers) != 3 || *snap.Services[0].RealServers[0].KernelWeight != 3 {
+		t.Errorf("snapshot over the socket: %+v", snap)
+	}
+	fi, err := os.Stat(sock)
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("socket mode %v, %v; want 0600", fi.Mode().Perm(), err)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("Serve: %v", err)
+	}
+}
