@@ -65,7 +65,9 @@ func TestServeAndFetch(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
-	go func() { done <- Serve(ctx, sock, func() Snapshot { return Build("1.0", time.Now(), file.Status{Path: "p"}, view()) }) }()
+	go func() {
+		done <- Serve(ctx, sock, func() Snapshot { return Build("1.0", time.Now(), file.Status{Path: "p"}, view()) })
+	}()
 	var snap Snapshot
 	var err error
 	for i := 0; i < 100; i++ {
