@@ -291,8 +291,30 @@ real_server = [{ address = "%s" }]`, tp.RealServers[0].Addr(tp.Backend)), 1))
 		}
 	})
 
-	t.Run("lbd cleanup removes lbd's objects and nothing else", func(t *testing.T) {
+	t.Run("lbd plan --diff shows what a sync would change and changes nothing", func(t *testing.T) {
 		l.proc.Stop()
+		before := ipvsadmSave(t, dir)
+		l.writeConfig(t, dataplaneConfig(tp, "")) // back to weight 3 for wrr
+		out := dir.MustExec(t, l.bin, "plan", "--diff", "--state-dir", l.stateDir, l.cfgPath)
+		t.Logf("lbd plan --diff:\n%s", out)
+		rs1 := netip.AddrPortFrom(tp.RealServers[0].Addr(tp.Backend), 80)
+		for _, want := range []string{
+			fmt.Sprintf("~ -e -t %s -r %s -m -w 3", wrr, rs1),
+			fmt.Sprintf("- -D -t %s", netip.AddrPortFrom(topo.VIP(5), 8080)),
+		} {
+			if !strings.Contains(out, want) {
+				t.Errorf("plan --diff lacks %q", want)
+			}
+		}
+		if strings.Contains(out, foreign.String()) {
+			t.Errorf("plan --diff would touch the foreign virtual server")
+		}
+		if after := ipvsadmSave(t, dir); !slices.Equal(before, after) {
+			t.Errorf("plan --diff changed IPVS")
+		}
+	})
+
+	t.Run("lbd cleanup removes lbd's objects and nothing else", func(t *testing.T) {
 		out := dir.MustExec(t, l.bin, "cleanup", "-c", l.cfgPath, "--state-dir", l.stateDir)
 		t.Logf("lbd cleanup:\n%s", out)
 		if got, want := ipvsadmSave(t, dir), []string{"-A -t " + foreign.String() + " -s rr"}; !slices.Equal(got, want) {

@@ -1,0 +1,103 @@
+package dataplane
+
+import (
+	"fmt"
+	"net/netip"
+	"strings"
+
+	"github.com/lbdproject/lbd/config"
+	"github.com/lbdproject/lbd/dataplane/addrs"
+	"github.com/lbdproject/lbd/dataplane/desired"
+	"github.com/lbdproject/lbd/dataplane/ipvs"
+)
+
+// DryRunIPVS reads through to a real IPVS kernel and records, instead of
+// making, every write: `lbd plan --diff` runs the real appliers over it, so
+// what it prints is exactly what a full sync would do.
+type DryRunIPVS struct {
+	Kernel ipvs.Kernel
+	Ops    []string
+}
+
+var _ ipvs.Kernel = (*DryRunIPVS)(nil)
+
+func (d *DryRunIPVS) Dump() ([]ipvs.Service, error) { return d.Kernel.Dump() }
+
+func (d *DryRunIPVS) record(format string, args ...any) error {
+	d.Ops = append(d.Ops, fmt.Sprintf(format, args...))
+	return nil
+}
+
+func (d *DryRunIPVS) AddService(s ipvs.Service) error {
+	return d.record("+ %s", desired.ServiceRule(desired.Service{Key: s.Key, Scheduler: s.Scheduler, Flags: s.Flags, Timeout: s.Timeout}))
+}
+
+func (d *DryRunIPVS) UpdateService(s ipvs.Service) error {
+	return d.record("~ %s", strings.Replace(desired.ServiceRule(desired.Service{Key: s.Key, Scheduler: s.Scheduler, Flags: s.Flags, Timeout: s.Timeout}), "-A", "-E", 1))
+}
+
+func (d *DryRunIPVS) DeleteService(k desired.Key) error {
+	return d.record("- -D %s", svcFlag(k))
+}
+
+func (d *DryRunIPVS) AddDest(k desired.Key, dst ipvs.Dest) error {
+	return d.record("+ -a %s -r %s -m -w %d", svcFlag(k), dst.Addr, dst.Weight)
+}
+
+func (d *DryRunIPVS) UpdateDest(k desired.Key, dst ipvs.Dest) error {
+	return d.record("~ -e %s -r %s -m -w %d", svcFlag(k), dst.Addr, dst.Weight)
+}
+
+func (d *DryRunIPVS) DeleteDest(k desired.Key, a netip.AddrPort) error {
+	return d.record("- -d %s -r %s", svcFlag(k), a)
+}
+
+func svcFlag(k desired.Key) string {
+	rule := desired.ServiceRule(desired.Service{Key: k, Scheduler: "x"})
+	rule = strings.TrimPrefix(rule, "-A ")
+	return strings.TrimSuffix(rule, " -s x")
+}
+
+// DryRunAddrs reads through to the real address table and records writes.
+type DryRunAddrs struct {
+	Kernel addrs.Kernel
+	Ops    []string
+}
+
+var _ addrs.Kernel = (*DryRunAddrs)(nil)
+
+// EnsureLink records the creation the real sync would do, without doing it.
+func (d *DryRunAddrs) EnsureLink(string) error { return nil }
+
+func (d *DryRunAddrs) Dump(link string) ([]netip.Addr, map[netip.Addr]string, error) {
+	return d.Kernel.Dump(link)
+}
+
+func (d *DryRunAddrs) Add(link string, a netip.Addr) error {
+	d.Ops = append(d.Ops, fmt.Sprintf("+ ip addr add %s dev %s", netip.PrefixFrom(a, a.BitLen()), link))
+	return nil
+}
+
+func (d *DryRunAddrs) Delete(link string, a netip.Addr) error {
+	d.Ops = append(d.Ops, fmt.Sprintf("- ip addr del %s dev %s", netip.PrefixFrom(a, a.BitLen()), link))
+	return nil
+}
+
+// readOnlyLedger lets a dry run read ownership without recording any.
+type readOnlyLedger struct{ ipvs.Ledger }
+
+func (readOnlyLedger) SetOwned(map[desired.Key]bool) error { return nil }
+
+// Diff returns what a full sync of st would write, without writing: lines
+// starting with + (add), ~ (change) and - (delete), IPVS first.
+func Diff(cfg *config.Config, st desired.State, ik ipvs.Kernel, ledger ipvs.Ledger, ak addrs.Kernel) ([]string, error) {
+	di := &DryRunIPVS{Kernel: ik}
+	if _, err := ipvs.New(di, readOnlyLedger{ledger}).Apply(st.Services, true); err != nil {
+		return nil, err
+	}
+	da := &DryRunAddrs{Kernel: ak}
+	if _, err := addrs.New(da, cfg.Dataplane.Interface).Apply(st.VIPs, true); err != nil {
+		return nil, err
+	}
+	return append(di.Ops, da.Ops...), nil
+}
