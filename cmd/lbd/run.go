@@ -81,9 +81,7 @@ func runDaemon(ctx context.Context, log *slog.Logger, path, stateDir string) err
 		return err
 	}
 	defer ct.Close()
-	if err := sysctl.Ensure("/proc/sys", sysctl.Required(), log); err != nil {
-		log.Warn("kernel settings lbd relies on are not in place", "error", err)
-	}
+	sysctl.Report("/proc/sys", log)
 
 	src, err := file.New(file.Options{Path: path, Logger: log})
 	if err != nil {
@@ -120,6 +118,7 @@ func runDaemon(ctx context.Context, log *slog.Logger, path, stateDir string) err
 				continue
 			}
 			m.ObserveConfigLoad(true, time.Now())
+			ensureSysctls(log, cfg)
 			if dp == nil {
 				// The runner's timings, the status socket and the metrics
 				// address come from the first configuration; changing them
@@ -163,5 +162,23 @@ func serveStatus(ctx context.Context, log *slog.Logger, cfg config.Status, src *
 	}
 	if err := m.Serve(ctx, cfg.MetricsListen); err != nil {
 		log.Error("metrics unavailable", "error", err)
+	}
+}
+
+// ensureSysctls checks and sets the kernel settings the configuration
+// relies on; what cannot be set is logged, since a read-only /proc/sys
+// (the hardened unit) is handled by the package's sysctl.d file.
+func ensureSysctls(log *slog.Logger, cfg *config.Config) {
+	ipv6 := false
+	for i := range cfg.Services {
+		ipv6 = ipv6 || cfg.Services[i].Family() == 6
+	}
+	if ipv6 {
+		if err := sysctl.KeepRouterAdvertisements("/proc/sys", log); err != nil {
+			log.Warn("cannot keep router advertisements", "error", err)
+		}
+	}
+	if err := sysctl.Ensure("/proc/sys", sysctl.Required(ipv6), log); err != nil {
+		log.Warn("kernel settings lbd relies on are not in place", "error", err)
 	}
 }

@@ -21,16 +21,63 @@ type Setting struct {
 	Why   string
 }
 
-// Required returns the settings lbd relies on. IPv6 forwarding is set
-// per interface with accept_ra=2 elsewhere, since turning it on globally
-// stops router advertisements from configuring the box.
-func Required() []Setting {
-	return []Setting{
+// Required returns the settings lbd relies on; ipv6 adds IPv6
+// forwarding, for configurations with IPv6 services.
+func Required(ipv6 bool) []Setting {
+	s := []Setting{
 		{"net/ipv4/ip_forward", "1", "IPVS NAT forwards replies of real servers back to clients"},
 		{"net/ipv4/vs/conntrack", "1", "iptables MASQUERADE and conntrack see IPVS connections"},
 		{"net/ipv4/vs/expire_nodest_conn", "1", "connections to a deleted real server end at once instead of hanging"},
 		{"net/ipv4/vs/expire_quiescent_template", "1", "persistence does not keep clients on a real server at weight 0"},
 	}
+	if ipv6 {
+		s = append(s, Setting{"net/ipv6/conf/all/forwarding", "1", "IPVS NAT forwards replies of IPv6 real servers back to clients"})
+	}
+	return s
+}
+
+// KeepRouterAdvertisements sets accept_ra=2 on every interface that takes
+// router advertisements (accept_ra=1), before IPv6 forwarding is turned
+// on: with forwarding, accept_ra=1 stops honouring them and the box would
+// lose its SLAAC addresses and default route.
+func KeepRouterAdvertisements(root string, log *slog.Logger) error {
+	paths, err := filepath.Glob(filepath.Join(root, "net/ipv6/conf/*/accept_ra"))
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, p := range paths {
+		iface := filepath.Base(filepath.Dir(p))
+		if iface == "all" || iface == "lo" {
+			continue
+		}
+		b, err := os.ReadFile(p)
+		if err != nil || strings.TrimSpace(string(b)) != "1" {
+			continue
+		}
+		if err := os.WriteFile(p, []byte("2"), 0o644); err != nil {
+			errs = append(errs, fmt.Errorf("net.ipv6.conf.%s.accept_ra: %w (set it to 2 before enabling forwarding)", iface, err))
+			continue
+		}
+		log.Info("sysctl set", "key", "net.ipv6.conf."+iface+".accept_ra", "value", "2", "why", "keep router advertisements with IPv6 forwarding on")
+	}
+	return errors.Join(errs...)
+}
+
+// Report logs the sizes that bound how many connections the box can hold,
+// which are set outside lbd (module options, sysctl.d).
+func Report(root string, log *slog.Logger) {
+	read := func(key string) string {
+		b, err := os.ReadFile(filepath.Join(root, key))
+		if err != nil {
+			return "unknown"
+		}
+		return strings.TrimSpace(string(b))
+	}
+	log.Info("connection tables",
+		"nf_conntrack_max", read("net/netfilter/nf_conntrack_max"),
+		"nf_conntrack_count", read("net/netfilter/nf_conntrack_count"),
+		"hint", "raise the IPVS table with 'options ip_vs conn_tab_bits=N' in /etc/modprobe.d and nf_conntrack_max in /etc/sysctl.d")
 }
 
 // Ensure reads each setting under root (normally /proc/sys), writes the

@@ -34,3 +34,24 @@ func TestEnsure(t *testing.T) {
 		t.Errorf("ip_forward = %q; want it set to 1", b)
 	}
 }
+
+func TestKeepRouterAdvertisements(t *testing.T) {
+	root := t.TempDir()
+	for iface, v := range map[string]string{"eth0": "1", "eth1": "0", "all": "1", "lo": "1"} {
+		p := filepath.Join(root, "net/ipv6/conf", iface, "accept_ra")
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(v+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := KeepRouterAdvertisements(root, slog.New(slog.DiscardHandler)); err != nil {
+		t.Fatal(err)
+	}
+	for iface, want := range map[string]string{"eth0": "2", "eth1": "0\n", "all": "1\n", "lo": "1\n"} {
+		if b, _ := os.ReadFile(filepath.Join(root, "net/ipv6/conf", iface, "accept_ra")); string(b) != want {
+			t.Errorf("%s: accept_ra = %q; want %q", iface, b, want)
+		}
+	}
+}
