@@ -30,7 +30,7 @@ scheduler = "rr"
 	old := desired.Key{Addr: netip.MustParseAddr("192.0.2.99"), Port: 80, Protocol: "tcp"}
 	kv := &fakeipvs.Kernel{}
 	for _, k := range []desired.Key{web, old} {
-		if err := kv.AddService(ipvs.Service{Key: k, Scheduler: "wrr"}); err != nil {
+		if err := kv.AddService(ipvs.Service{Key: k, Scheduler: "wrr", Netmask: 0xffffffff}); err != nil {
 			t.Fatal(err)
 		}
 	}

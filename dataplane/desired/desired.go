@@ -133,13 +133,15 @@ func virtualServer(s *config.Service, vip netip.Addr, dests []Dest) Service {
 	for _, f := range s.SchedulerFlags {
 		v.Flags |= schedFlagBits[f]
 	}
+	// The kernel refuses an IPv6 virtual server without a netmask of
+	// 1..128 even when it is not persistent; ipvsadm always sends one too.
+	v.Netmask = 0xffffffff
+	if vip.Is6() {
+		v.Netmask = 128
+	}
 	if s.SessionAffinity {
 		v.Flags |= FlagPersistent
 		v.Timeout = uint32(s.SessionAffinityTimeout.Seconds())
-		v.Netmask = 0xffffffff
-		if vip.Is6() {
-			v.Netmask = 128
-		}
 	}
 	return v
 }

@@ -157,10 +157,17 @@ name = "v4"
 vips = ["192.0.2.1"]
 port = 443
 session_affinity = true
+[[service]]
+name = "v6-plain"
+vips = ["2001:db8::11"]
+port = 80
 `)})
-	v4, v6 := st.Services[0], st.Services[1]
+	v4, v6, plain := st.Services[0], st.Services[1], st.Services[2]
 	if v6.Netmask != 128 || v4.Netmask != 0xffffffff || v4.Flags != FlagPersistent {
 		t.Errorf("netmasks v4 %#x v6 %d flags %#x", v4.Netmask, v6.Netmask, v4.Flags)
+	}
+	if plain.Netmask != 128 || plain.Flags != 0 {
+		t.Errorf("a non-persistent IPv6 virtual server needs netmask 128 (the kernel refuses 0): %d, flags %#x", plain.Netmask, plain.Flags)
 	}
 	if v6.Name != "v6" || v6.Source != "lbd.toml:2:1" || v6.Dests[0].Source != "lbd.toml:7:16" {
 		t.Errorf("provenance: service %q from %q, dest from %q", v6.Name, v6.Source, v6.Dests[0].Source)

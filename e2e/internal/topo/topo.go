@@ -36,6 +36,13 @@ var (
 	BackendPrefix  = netip.MustParsePrefix("198.18.3.0/24")
 	// VIPPrefix is routed by the router to the first director.
 	VIPPrefix = netip.MustParsePrefix("198.18.100.0/24")
+
+	// IPv6 twins of the above, from 2001:2::/48 (RFC 5180, benchmarking):
+	// every segment is dual-stack.
+	ClientsPrefix6  = netip.MustParsePrefix("2001:2:0:1::/64")
+	FrontendPrefix6 = netip.MustParsePrefix("2001:2:0:2::/64")
+	BackendPrefix6  = netip.MustParsePrefix("2001:2:0:3::/64")
+	VIPPrefix6      = netip.MustParsePrefix("2001:2:0:100::/64")
 )
 
 const hostBase = 11
@@ -76,21 +83,41 @@ type Topology struct {
 
 // Segment is one L2 network: a bridge in the switch namespace.
 type Segment struct {
-	Name   string // bridge name, and the interface name on every host
-	Prefix netip.Prefix
-	tag    string // short name for switch ports
-	topo   *Topology
+	Name    string // bridge name, and the interface name on every host
+	Prefix  netip.Prefix
+	Prefix6 netip.Prefix
+	tag     string // short name for switch ports
+	topo    *Topology
 }
 
 // Node is a host: a namespace attached to one or more segments.
 type Node struct {
 	*Netns
-	Host  string                // "client1", "router", "dir1", "rs1"
-	Addrs map[string]netip.Addr // segment name -> address there
+	Host   string                // "client1", "router", "dir1", "rs1"
+	Addrs  map[string]netip.Addr // segment name -> address there
+	Addrs6 map[string]netip.Addr // segment name -> IPv6 address there
 }
 
 // Addr returns the node's address on a segment (invalid if not attached).
 func (n *Node) Addr(s *Segment) netip.Addr { return n.Addrs[s.Name] }
+
+// Addr6 returns the node's IPv6 address on a segment.
+func (n *Node) Addr6(s *Segment) netip.Addr { return n.Addrs6[s.Name] }
+
+// defaultVia sets the node's IPv4 and IPv6 default routes to gw's addresses
+// on seg.
+func (n *Node) defaultVia(t testing.TB, gw *Node, seg *Segment) {
+	t.Helper()
+	must(t, n.ip("route", "add", "default", "via", gw.Addr(seg).String()))
+	must(t, n.ip("-6", "route", "add", "default", "via", gw.Addr6(seg).String()))
+}
+
+// forward turns on IPv4 and IPv6 forwarding.
+func (n *Node) forward(t testing.TB) {
+	t.Helper()
+	must(t, n.Sysctl("net.ipv4.ip_forward", "1"))
+	must(t, n.Sysctl("net.ipv6.conf.all.forwarding", "1"))
+}
 
 // Director is a node where IPVS (and later lbd) runs.
 type Director struct {
@@ -117,14 +144,14 @@ func New(t testing.TB, opts Options) *Topology {
 		tp.ID, opts.Clients, opts.Directors, opts.RealServers)
 
 	tp.Switch = tp.newNetns(t, "sw")
-	tp.Clients = tp.newSegment(t, "clients", "cl", ClientsPrefix)
-	tp.Frontend = tp.newSegment(t, "frontend", "fe", FrontendPrefix)
-	tp.Backend = tp.newSegment(t, "backend", "be", BackendPrefix)
+	tp.Clients = tp.newSegment(t, "clients", "cl", ClientsPrefix, ClientsPrefix6)
+	tp.Frontend = tp.newSegment(t, "frontend", "fe", FrontendPrefix, FrontendPrefix6)
+	tp.Backend = tp.newSegment(t, "backend", "be", BackendPrefix, BackendPrefix6)
 
 	tp.Router = tp.AddNode(t, "router")
 	tp.Clients.Attach(t, tp.Router, 1)
 	tp.Frontend.Attach(t, tp.Router, 1)
-	must(t, tp.Router.Sysctl("net.ipv4.ip_forward", "1"))
+	tp.Router.forward(t)
 
 	for i := 1; i <= opts.Directors; i++ {
 		tp.AddDirector(t)
@@ -134,7 +161,7 @@ func New(t testing.TB, opts Options) *Topology {
 	for i := 1; i <= opts.Clients; i++ {
 		c := tp.AddNode(t, fmt.Sprintf("client%d", i))
 		tp.Clients.Attach(t, c, hostBase+i-1)
-		must(t, c.ip("route", "add", "default", "via", tp.Router.Addr(tp.Clients).String()))
+		c.defaultVia(t, tp.Router, tp.Clients)
 		tp.ClientHosts = append(tp.ClientHosts, c)
 	}
 	for i := 1; i <= opts.RealServers; i++ {
@@ -156,7 +183,7 @@ func (tp *Topology) AddNode(t testing.TB, host string) *Node {
 	if len(host) > 12 {
 		t.Fatalf("host name %q longer than 12 characters", host)
 	}
-	return &Node{Netns: tp.newNetns(t, host), Host: host, Addrs: map[string]netip.Addr{}}
+	return &Node{Netns: tp.newNetns(t, host), Host: host, Addrs: map[string]netip.Addr{}, Addrs6: map[string]netip.Addr{}}
 }
 
 // AddDirector adds a director on the frontend and backend segments, with
@@ -168,8 +195,8 @@ func (tp *Topology) AddDirector(t testing.TB) *Director {
 	d := &Director{Node: tp.AddNode(t, fmt.Sprintf("dir%d", i))}
 	tp.Frontend.Attach(t, d.Node, 10+i)
 	tp.Backend.Attach(t, d.Node, i)
-	must(t, d.Sysctl("net.ipv4.ip_forward", "1"))
-	must(t, d.ip("route", "add", "default", "via", tp.Router.Addr(tp.Frontend).String()))
+	d.forward(t)
+	d.defaultVia(t, tp.Router, tp.Frontend)
 	tp.Directors = append(tp.Directors, d)
 	return d
 }
@@ -181,7 +208,7 @@ func (tp *Topology) AddRealServer(t testing.TB) *Node {
 	i := len(tp.RealServers) + 1
 	rs := tp.AddNode(t, fmt.Sprintf("rs%d", i))
 	tp.Backend.Attach(t, rs, hostBase+i-1)
-	must(t, rs.ip("route", "add", "default", "via", tp.Directors[0].Addr(tp.Backend).String()))
+	rs.defaultVia(t, tp.Directors[0].Node, tp.Backend)
 	tp.RealServers = append(tp.RealServers, rs)
 	return rs
 }
@@ -203,6 +230,7 @@ func (tp *Topology) AddHost(t testing.TB, host string, seg *Segment, num int, ga
 func (tp *Topology) RouteVIPsVia(t testing.TB, d *Director) {
 	t.Helper()
 	must(t, tp.Router.ip("route", "replace", VIPPrefix.String(), "via", d.Addr(tp.Frontend).String()))
+	must(t, tp.Router.ip("-6", "route", "replace", VIPPrefix6.String(), "via", d.Addr6(tp.Frontend).String()))
 }
 
 // AddVIP puts vip on the director's VIPLink (a dummy link, created if
@@ -216,6 +244,9 @@ func (d *Director) AddVIP(t testing.TB, vip netip.Addr) {
 	must(t, d.ip("addr", "add", netip.PrefixFrom(vip, vip.BitLen()).String(), "dev", VIPLink))
 }
 
+// VIP6 returns the n-th address of VIPPrefix6 (n from 1).
+func VIP6(n int) netip.Addr { return hostAddr(VIPPrefix6, n) }
+
 // VIP returns the n-th address of VIPPrefix (n from 1).
 func VIP(n int) netip.Addr {
 	a := VIPPrefix.Addr()
@@ -226,9 +257,9 @@ func VIP(n int) netip.Addr {
 }
 
 // newSegment creates a segment's bridge in the switch namespace.
-func (tp *Topology) newSegment(t testing.TB, name, tag string, prefix netip.Prefix) *Segment {
+func (tp *Topology) newSegment(t testing.TB, name, tag string, prefix, prefix6 netip.Prefix) *Segment {
 	t.Helper()
-	s := &Segment{Name: name, Prefix: prefix, tag: tag, topo: tp}
+	s := &Segment{Name: name, Prefix: prefix, Prefix6: prefix6, tag: tag, topo: tp}
 	must(t, tp.Switch.ip("link", "add", name, "type", "bridge"))
 	must(t, tp.Switch.ip("link", "set", name, "up"))
 	return s
@@ -245,8 +276,12 @@ func (s *Segment) Attach(t testing.TB, n *Node, num int) netip.Addr {
 	must(t, runIP("link", "add", s.Name, "netns", n.Name, "type", "veth", "peer", "name", port, "netns", sw.Name))
 	must(t, sw.ip("link", "set", port, "master", s.Name, "up"))
 	must(t, n.ip("addr", "add", netip.PrefixFrom(addr, s.Prefix.Bits()).String(), "dev", s.Name))
+	addr6 := hostAddr(s.Prefix6, num)
+	// nodad: the address must work at once, not after duplicate detection.
+	must(t, n.ip("-6", "addr", "add", netip.PrefixFrom(addr6, s.Prefix6.Bits()).String(), "dev", s.Name, "nodad"))
 	must(t, n.ip("link", "set", s.Name, "up"))
 	n.Addrs[s.Name] = addr
+	n.Addrs6[s.Name] = addr6
 	return addr
 }
 

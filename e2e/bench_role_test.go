@@ -1,0 +1,470 @@
+//go:build e2e
+
+package e2e
+
+// The benchmark's measuring programs. TestBenchDataplane re-executes the
+// test binary with one of these roles under `ip netns exec`, so that every
+// netlink socket and /proc/net read belongs to a fresh namespace (IPVS keeps
+// deleted destinations in a trash list, so a second load in the same
+// namespace is slower). Each role prints one JSON line on stdout.
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/lbdproject/lbd/config"
+	"github.com/lbdproject/lbd/dataplane"
+	"github.com/lbdproject/lbd/dataplane/addrs"
+	"github.com/lbdproject/lbd/dataplane/desired"
+	"github.com/lbdproject/lbd/dataplane/ipvs"
+	"github.com/lbdproject/lbd/e2e/internal/topo"
+)
+
+const (
+	// roleBenchLBD: lbd's dataplane syncs the generated configuration.
+	roleBenchLBD = "bench-lbd"
+	// roleBenchRestore: ipvsadm -R loads the same rules.
+	roleBenchRestore = "bench-ipvsadm"
+)
+
+// runBenchRoleIfAny runs a benchmark role and exits when the binary was
+// started as one; it returns at once otherwise. TestMain calls it before
+// topo.RunRoleIfAny, which refuses roles it does not know.
+func runBenchRoleIfAny() {
+	role := os.Getenv(topo.RoleEnv)
+	var run func([]string) (any, error)
+	switch role {
+	case roleBenchLBD:
+		run = benchLBDRole
+	case roleBenchRestore:
+		run = benchRestoreRole
+	default:
+		return
+	}
+	res, err := run(os.Args[1:])
+	if err == nil {
+		err = json.NewEncoder(os.Stdout).Encode(res)
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "%s %s: %v\n", topo.RoleEnv, role, err)
+		os.Exit(1)
+	}
+	os.Exit(0)
+}
+
+// syncFigures is one sync as the benchmark saw it. Reads and Writes are
+// counted at the kernel interfaces, not taken from the sync's own report.
+type syncFigures struct {
+	Reason string
+	Whole  time.Duration // the reconciler's whole sync (SyncResult.Duration)
+	Addrs  time.Duration // the address applier's Apply
+	IPVS   time.Duration // the IPVS applier's Apply, ledger included
+	Ledger time.Duration // reading and writing the ownership ledger file
+	Reads  int
+	Writes int
+	// Reported* are what the sync said of itself, for cross-checking.
+	ReportedDumps, ReportedWrites int
+}
+
+// lbdRoundResult is what one bench-lbd role measured.
+type lbdRoundResult struct {
+	ConfigLoad time.Duration
+	Cold       syncFigures // first sync: empty kernel to N × M
+	Weight     syncFigures // event-driven sync after one weight change
+	Full       syncFigures // periodic full reconcile with nothing to change
+	SaveN      time.Duration
+	SaveLines  int
+	PeakRSSKiB int // this role process, for reference only
+}
+
+// kernelCounts counts kernel calls. Only the sync goroutine touches it
+// (the appliers and the OnSync hook run there), so it needs no lock.
+type kernelCounts struct{ reads, writes int }
+
+type countedIPVS struct {
+	k ipvs.Kernel
+	n *kernelCounts
+}
+
+func (c countedIPVS) Dump() ([]ipvs.Service, error) { c.n.reads++; return c.k.Dump() }
+func (c countedIPVS) AddService(s ipvs.Service) error {
+	c.n.writes++
+	return c.k.AddService(s)
+}
+func (c countedIPVS) UpdateService(s ipvs.Service) error {
+	c.n.writes++
+	return c.k.UpdateService(s)
+}
+func (c countedIPVS) DeleteService(k desired.Key) error {
+	c.n.writes++
+	return c.k.DeleteService(k)
+}
+func (c countedIPVS) AddDest(k desired.Key, d ipvs.Dest) error {
+	c.n.writes++
+	return c.k.AddDest(k, d)
+}
+func (c countedIPVS) UpdateDest(k desired.Key, d ipvs.Dest) error {
+	c.n.writes++
+	return c.k.UpdateDest(k, d)
+}
+func (c countedIPVS) DeleteDest(k desired.Key, a netip.AddrPort) error {
+	c.n.writes++
+	return c.k.DeleteDest(k, a)
+}
+
+type countedAddrs struct {
+	k addrs.Kernel
+	n *kernelCounts
+}
+
+// EnsureLink looks the link up (a read); it also writes when the link is
+// missing or down, which only the cold sync meets.
+func (c countedAddrs) EnsureLink(name string) error { c.n.reads++; return c.k.EnsureLink(name) }
+func (c countedAddrs) Dump(link string) ([]netip.Addr, map[netip.Addr]string, error) {
+	c.n.reads++
+	return c.k.Dump(link)
+}
+func (c countedAddrs) Add(link string, a netip.Addr) error {
+	c.n.writes++
+	return c.k.Add(link, a)
+}
+func (c countedAddrs) Delete(link string, a netip.Addr) error {
+	c.n.writes++
+	return c.k.Delete(link, a)
+}
+
+type countedTimeouts struct {
+	k dataplane.TimeoutSetter
+	n *kernelCounts
+}
+
+func (c countedTimeouts) EnsureTimeouts(t config.IPVS) (bool, error) {
+	c.n.reads++
+	wrote, err := c.k.EnsureTimeouts(t)
+	if wrote {
+		c.n.writes++
+	}
+	return wrote, err
+}
+
+// timedIPVS times the IPVS applier. It forwards KernelWeights so that the
+// reconciler does the same work as in `lbd run` when it asks for it.
+type timedIPVS struct {
+	a *ipvs.Applier
+	d time.Duration
+}
+
+func (w *timedIPVS) Apply(want []desired.Service, full bool) (ipvs.Result, error) {
+	start := time.Now()
+	r, err := w.a.Apply(want, full)
+	w.d += time.Since(start)
+	return r, err
+}
+
+func (w *timedIPVS) KernelWeights() map[desired.Key]map[netip.AddrPort]int {
+	return w.a.KernelWeights()
+}
+
+type timedAddrs struct {
+	a *addrs.Applier
+	d time.Duration
+}
+
+func (w *timedAddrs) Apply(vips []netip.Addr, full bool) (addrs.Stats, error) {
+	start := time.Now()
+	s, err := w.a.Apply(vips, full)
+	w.d += time.Since(start)
+	return s, err
+}
+
+type timedLedger struct {
+	l ipvs.Ledger
+	d time.Duration
+}
+
+func (w *timedLedger) Owned() (map[desired.Key]bool, error) {
+	start := time.Now()
+	m, err := w.l.Owned()
+	w.d += time.Since(start)
+	return m, err
+}
+
+func (w *timedLedger) SetOwned(m map[desired.Key]bool) error {
+	start := time.Now()
+	err := w.l.SetOwned(m)
+	w.d += time.Since(start)
+	return err
+}
+
+// benchLBDRole runs lbd's reconciler (dataplane.Dataplane with the real
+// netlink kernels, as `lbd run` wires it) in this namespace: a cold sync of
+// the configuration, an event-driven sync after one weight change, then a
+// periodic full reconcile with nothing to change; then it times
+// `ipvsadm -Sn` of the resulting table and checks the table is exactly the
+// desired one.
+func benchLBDRole(args []string) (any, error) {
+	fs := flag.NewFlagSet(roleBenchLBD, flag.ContinueOnError)
+	cfgPath := fs.String("config", "", "lbd.toml to load")
+	stateDir := fs.String("state-dir", "", "directory for the ownership ledger")
+	period := fs.Duration("sync-period", 5*time.Second, "sync_period: the wait before the periodic full reconcile")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	var res lbdRoundResult
+	start := time.Now()
+	cfg, err := config.Load(*cfgPath)
+	if err != nil {
+		return nil, err
+	}
+	res.ConfigLoad = time.Since(start)
+
+	kIPVS, err := ipvs.OpenKernel()
+	if err != nil {
+		return nil, err
+	}
+	defer kIPVS.Close()
+	kAddrs, err := addrs.OpenKernel()
+	if err != nil {
+		return nil, err
+	}
+	defer kAddrs.Close()
+
+	var n kernelCounts
+	ledger := &timedLedger{l: ipvs.FileLedger{Path: filepath.Join(*stateDir, "ipvs-owned.json")}}
+	ia := &timedIPVS{a: ipvs.New(countedIPVS{kIPVS, &n}, ledger)}
+	aa := &timedAddrs{a: addrs.New(countedAddrs{kAddrs, &n}, cfg.Dataplane.Interface)}
+	sync := cfg.Sync
+	// A short sync_period brings the periodic full reconcile soon after the
+	// weight change; the runner's other timings stay the configuration's.
+	sync.SyncPeriod = *period
+	dp := dataplane.New(dataplane.Options{
+		IPVS:     ia,
+		Addrs:    aa,
+		Timeouts: countedTimeouts{kIPVS, &n},
+		Logger:   slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		Sync:     sync,
+	})
+
+	type outcome struct {
+		f   syncFigures
+		res dataplane.SyncResult
+	}
+	results := make(chan outcome, 16)
+	var prev kernelCounts
+	dp.OnSync(func(r dataplane.SyncResult) {
+		f := syncFigures{
+			Reason: r.Reason.String(), Whole: r.Duration, Addrs: aa.d, IPVS: ia.d, Ledger: ledger.d,
+			Reads: n.reads - prev.reads, Writes: n.writes - prev.writes,
+			ReportedDumps: r.Dumps, ReportedWrites: r.Writes,
+		}
+		prev, aa.d, ia.d, ledger.d = n, 0, 0, 0
+		results <- outcome{f, r}
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	loopDone := make(chan struct{})
+	go func() { dp.Loop(ctx); close(loopDone) }()
+	defer func() { cancel(); <-loopDone }()
+
+	next := func(what, reason string) (syncFigures, error) {
+		select {
+		case o := <-results:
+			switch {
+			case o.res.Err != nil:
+				return o.f, fmt.Errorf("%s: %w", what, o.res.Err)
+			case o.res.Waiting || o.res.Held != "":
+				return o.f, fmt.Errorf("%s: sync waiting or held: %+v", what, o.res)
+			case o.f.Reason != reason:
+				return o.f, fmt.Errorf("%s: got a %s sync, want %s", what, o.f.Reason, reason)
+			}
+			return o.f, nil
+		case <-time.After(time.Hour):
+			return syncFigures{}, fmt.Errorf("%s: no sync within an hour", what)
+		}
+	}
+	dp.SetConfig(cfg)
+	if res.Cold, err = next("cold sync", "requested"); err != nil {
+		return nil, err
+	}
+	// One weight change, as an edit of one real server would bring it.
+	svc, rs := len(cfg.Services)/2, 0
+	edited := withWeight(cfg, svc, rs, cfg.Services[svc].RealServers[rs].Weight+1)
+	dp.SetConfig(edited)
+	if res.Weight, err = next("sync after a weight change", "requested"); err != nil {
+		return nil, err
+	}
+	if res.Full, err = next("periodic full reconcile", "periodic"); err != nil {
+		return nil, err
+	}
+	cancel()
+	<-loopDone
+
+	// ipvsadm -Sn of the same table in the same namespace: the reference for
+	// the full reconcile. Its output goes to a file (tmpfs) to be checked.
+	saved := filepath.Join(*stateDir, "ipvsadm-Sn.txt")
+	f, err := os.Create(saved)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command("ipvsadm", "-Sn")
+	cmd.Stdout, cmd.Stderr = f, os.Stderr
+	start = time.Now()
+	err = cmd.Run()
+	res.SaveN = time.Since(start)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return nil, fmt.Errorf("ipvsadm -Sn: %w", err)
+	}
+	if res.SaveLines, err = checkTable(saved, edited); err != nil {
+		return nil, err
+	}
+	if err := checkVIPs(kAddrs, cfg.Dataplane.Interface, edited); err != nil {
+		return nil, err
+	}
+	res.PeakRSSKiB, _ = procStatusKiB("self", "VmHWM")
+	return res, nil
+}
+
+// withWeight returns a copy of cfg in which one real server has weight w;
+// cfg itself is never changed (the dataplane keeps it as applied).
+func withWeight(cfg *config.Config, svc, rs, w int) *config.Config {
+	c := *cfg
+	c.Services = slices.Clone(cfg.Services)
+	s := &c.Services[svc]
+	s.RealServers = slices.Clone(s.RealServers)
+	s.RealServers[rs].Weight = w
+	return &c
+}
+
+// checkTable compares an ipvsadm -Sn file with what the configuration asks
+// for, line by line, and returns its number of lines.
+func checkTable(path string, cfg *config.Config) (int, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, err
+	}
+	var want strings.Builder
+	if err := desired.WriteIPVS(&want, desired.Compute(desired.Input{Config: cfg})); err != nil {
+		return 0, err
+	}
+	got, exp := sortedLines(string(b)), sortedLines(want.String())
+	if !slices.Equal(got, exp) {
+		for i := range min(len(got), len(exp)) {
+			if got[i] != exp[i] {
+				return 0, fmt.Errorf("IPVS table differs from the configuration: %d lines, want %d; first difference: %q, want %q", len(got), len(exp), got[i], exp[i])
+			}
+		}
+		return 0, fmt.Errorf("IPVS table differs from the configuration: %d lines, want %d", len(got), len(exp))
+	}
+	return len(got), nil
+}
+
+func checkVIPs(k *addrs.NetlinkKernel, link string, cfg *config.Config) error {
+	on, _, err := k.Dump(link)
+	if err != nil {
+		return err
+	}
+	want := desired.Compute(desired.Input{Config: cfg}).VIPs
+	got := slices.DeleteFunc(on, netip.Addr.IsLinkLocalUnicast)
+	slices.SortFunc(got, netip.Addr.Compare)
+	if !slices.Equal(got, want) {
+		return fmt.Errorf("%s holds %d addresses, want the %d VIPs", link, len(got), len(want))
+	}
+	return nil
+}
+
+// restoreResult is what one bench-ipvsadm role measured.
+type restoreResult struct {
+	Restore  time.Duration
+	Services int
+	Dests    int
+}
+
+// benchRestoreRole times `ipvsadm -R` of a rules file in this namespace and
+// counts what the kernel then holds.
+func benchRestoreRole(args []string) (any, error) {
+	fs := flag.NewFlagSet(roleBenchRestore, flag.ContinueOnError)
+	rules := fs.String("rules", "", "ipvsadm -Sn file to restore")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	in, err := os.Open(*rules)
+	if err != nil {
+		return nil, err
+	}
+	defer in.Close()
+	cmd := exec.Command("ipvsadm", "-R")
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = in, os.Stderr, os.Stderr
+	start := time.Now()
+	err = cmd.Run()
+	res := restoreResult{Restore: time.Since(start)}
+	if err != nil {
+		return nil, fmt.Errorf("ipvsadm -R: %w", err)
+	}
+	res.Services, res.Dests, err = countProcIPVS()
+	return res, err
+}
+
+// countProcIPVS counts the virtual servers and destinations of this
+// namespace in /proc/net/ip_vs.
+func countProcIPVS() (services, dests int, err error) {
+	f, err := os.Open("/proc/net/ip_vs")
+	if err != nil {
+		return 0, 0, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case strings.HasPrefix(line, "TCP ") || strings.HasPrefix(line, "UDP "):
+			services++
+		case strings.HasPrefix(strings.TrimSpace(line), "-> ") && !strings.Contains(line, "RemoteAddress"):
+			dests++
+		}
+	}
+	return services, dests, sc.Err()
+}
+
+// procStatusKiB reads one "Name: N kB" field of /proc/PID/status.
+func procStatusKiB(pid, field string) (int, error) {
+	f, err := os.Open(filepath.Join("/proc", pid, "status"))
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	return statusField(f, field)
+}
+
+func statusField(r io.Reader, field string) (int, error) {
+	sc := bufio.NewScanner(r)
+	for sc.Scan() {
+		name, value, ok := strings.Cut(sc.Text(), ":")
+		if !ok || name != field {
+			continue
+		}
+		var kib int
+		if _, err := fmt.Sscanf(strings.TrimSpace(value), "%d kB", &kib); err != nil {
+			return 0, fmt.Errorf("%s: %q: %w", field, value, err)
+		}
+		return kib, nil
+	}
+	if err := sc.Err(); err != nil {
+		return 0, err
+	}
+	return 0, errors.New(field + " not found")
+}

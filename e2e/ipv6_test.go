@@ -1,0 +1,77 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/lbdproject/lbd/e2e/internal/topo"
+)
+
+// TestDataplaneIPv6 proves IPv6 virtual services: /128 VIPs on lbd0, IPv6
+// real servers, client-IP persistence per /128, TCP and UDP through the
+// VIP, with IPv6 forwarding turned on by lbd.
+func TestDataplaneIPv6(t *testing.T) {
+	topo.RequireIPVS(t)
+	tp := topo.New(t, topo.Options{Clients: 2, RealServers: 2})
+	tp.StartBackends(t)
+	dir := tp.Directors[0]
+	// lbd must turn IPv6 forwarding on itself.
+	dir.MustExec(t, "sysctl", "-w", "net.ipv6.conf.all.forwarding=0")
+	rs := func(i int) string { return tp.RealServers[i].Addr6(tp.Backend).String() }
+	l := startLBD(t, dir, fmt.Sprintf(`
+[[service]]
+name = "web6"
+vips = ["%[1]s"]
+port = 80
+scheduler = "rr"
+health_check = { type = "none" }
+real_server = [{ address = "%[3]s" }, { address = "%[4]s" }]
+
+[[service]]
+name = "sticky6"
+vips = ["%[2]s"]
+port = 80
+scheduler = "rr"
+session_affinity = true
+health_check = { type = "none" }
+real_server = [{ address = "%[3]s" }, { address = "%[4]s" }]
+
+[[service]]
+name = "dns6"
+vips = ["%[1]s"]
+port = 53
+protocol = "udp"
+real_server = [{ address = "%[3]s" }, { address = "%[4]s" }]
+`, topo.VIP6(1), topo.VIP6(2), rs(0), rs(1)))
+	waitIPVS(t, dir, "IPVS to hold the IPv6 services", l.plan(t))
+	if got := vipsOn(t, dir); !slices.Equal(got, []string{topo.VIP6(1).String() + "/128", topo.VIP6(2).String() + "/128"}) {
+		t.Errorf("lbd0 holds %v", got)
+	}
+	if out := dir.MustExec(t, "ipvsadm", "-Sn"); !strings.Contains(out, "-p 10800") {
+		t.Errorf("persistence missing:\n%s", out)
+	}
+	web, sticky, dns := netip.AddrPortFrom(topo.VIP6(1), 80), netip.AddrPortFrom(topo.VIP6(2), 80), netip.AddrPortFrom(topo.VIP6(1), 53)
+	client, client2 := tp.ClientHosts[0], tp.ClientHosts[1]
+	waitServes(t, client, topo.HTTP, web)
+	if per := probeOK(t, client, topo.HTTP, web, 10).ByServer(); per["rs1"] != 5 || per["rs2"] != 5 {
+		t.Errorf("rr over IPv6: %v; want 5 and 5", per)
+	}
+	answers := probeOK(t, client, topo.HTTP, web, 2)
+	if a := answers[0].Client; a != client.Addr6(tp.Clients) {
+		t.Errorf("the real server saw client %s; want %s (NAT keeps the client address)", a, client.Addr6(tp.Clients))
+	}
+	one := probeOK(t, client, topo.HTTP, sticky, 6).ByServer()
+	two := probeOK(t, client2, topo.HTTP, sticky, 6).ByServer()
+	if len(one) != 1 || len(two) != 1 {
+		t.Errorf("IPv6 persistence spread a client: %v, %v", one, two)
+	}
+	waitServes(t, client, topo.UDP, dns)
+	if per := probeOK(t, client, topo.UDP, dns, 6).ByServer(); len(per) != 2 {
+		t.Errorf("UDP over IPv6: %v; want both real servers", per)
+	}
+}
