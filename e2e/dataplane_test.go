@@ -291,8 +291,16 @@ real_server = [{ address = "%s" }]`, tp.RealServers[0].Addr(tp.Backend)), 1))
 		}
 	})
 
+	t.Run("stopping lbd leaves the dataplane in place", func(t *testing.T) {
+		before, vips := ipvsadmSave(t, dir), vipsOn(t, dir)
+		l.proc.Stop() // SIGTERM
+		if after := ipvsadmSave(t, dir); !slices.Equal(before, after) || !slices.Equal(vips, vipsOn(t, dir)) {
+			t.Errorf("stopping lbd changed the kernel:\nIPVS %v -> %v\nVIPs %v -> %v", before, after, vips, vipsOn(t, dir))
+		}
+		waitServes(t, client, topo.HTTP, wrr)
+	})
+
 	t.Run("lbd plan --diff shows what a sync would change and changes nothing", func(t *testing.T) {
-		l.proc.Stop()
 		before := ipvsadmSave(t, dir)
 		l.writeConfig(t, dataplaneConfig(tp, "")) // back to weight 3 for wrr
 		out := dir.MustExec(t, l.bin, "plan", "--diff", "--state-dir", l.stateDir, l.cfgPath)

@@ -14,7 +14,10 @@ import (
 
 // TestDataplaneIPv6 proves IPv6 virtual services: /128 VIPs on lbd0, IPv6
 // real servers, client-IP persistence per /128, TCP and UDP through the
-// VIP, with IPv6 forwarding turned on by lbd.
+// VIP, with IPv6 forwarding turned on by lbd. The same lbd also carries
+// one IPv4 virtual server per scheduler (with their flags) and the global
+// IPVS timeouts, to prove the kernel takes everything the configuration
+// accepts.
 func TestDataplaneIPv6(t *testing.T) {
 	topo.RequireIPVS(t)
 	tp := topo.New(t, topo.Options{Clients: 2, RealServers: 2})
@@ -47,13 +50,21 @@ vips = ["%[1]s"]
 port = 53
 protocol = "udp"
 real_server = [{ address = "%[3]s" }, { address = "%[4]s" }]
-`, topo.VIP6(1), topo.VIP6(2), rs(0), rs(1)))
+
+[ipvs]
+tcp_timeout = "901s"
+tcp_fin_timeout = "61s"
+udp_timeout = "299s"
+`, topo.VIP6(1), topo.VIP6(2), rs(0), rs(1))+schedulerServices(tp))
 	waitIPVS(t, dir, "IPVS to hold the IPv6 services", l.plan(t))
-	if got := vipsOn(t, dir); !slices.Equal(got, []string{topo.VIP6(1).String() + "/128", topo.VIP6(2).String() + "/128"}) {
-		t.Errorf("lbd0 holds %v", got)
+	if got := vipsOn(t, dir); !slices.Contains(got, topo.VIP6(1).String()+"/128") || !slices.Contains(got, topo.VIP6(2).String()+"/128") || len(got) != 11 {
+		t.Errorf("lbd0 holds %v; want the 2 IPv6 and 9 IPv4 VIPs", got)
 	}
 	if out := dir.MustExec(t, "ipvsadm", "-Sn"); !strings.Contains(out, "-p 10800") {
 		t.Errorf("persistence missing:\n%s", out)
+	}
+	if out := dir.MustExec(t, "ipvsadm", "-L", "--timeout"); !strings.Contains(out, "901 61 299") {
+		t.Errorf("global IPVS timeouts not applied: %s", out)
 	}
 	web, sticky, dns := netip.AddrPortFrom(topo.VIP6(1), 80), netip.AddrPortFrom(topo.VIP6(2), 80), netip.AddrPortFrom(topo.VIP6(1), 53)
 	client, client2 := tp.ClientHosts[0], tp.ClientHosts[1]
@@ -74,4 +85,23 @@ real_server = [{ address = "%[3]s" }, { address = "%[4]s" }]
 	if per := probeOK(t, client, topo.UDP, dns, 6).ByServer(); len(per) != 2 {
 		t.Errorf("UDP over IPv6: %v; want both real servers", per)
 	}
+}
+
+// schedulerServices returns one IPv4 service per scheduler lbd accepts,
+// with scheduler flags where the scheduler has them.
+func schedulerServices(tp *topo.Topology) string {
+	var b strings.Builder
+	rs := tp.RealServers[0].Addr(tp.Backend)
+	for i, sched := range []string{"rr", "wrr", "lc", "wlc", "sh", "dh", "sed", "nq", "mh"} {
+		flags := ""
+		switch sched {
+		case "sh":
+			flags = `scheduler_flags = ["sh-fallback", "sh-port"]`
+		case "mh":
+			flags = `scheduler_flags = ["mh-port"]`
+		}
+		fmt.Fprintf(&b, "\n[[service]]\nname = \"sched-%s\"\nvips = [\"%s\"]\nport = 80\nscheduler = %q\n%s\nhealth_check = { type = \"none\" }\nreal_server = [{ address = \"%s\" }]\n",
+			sched, topo.VIP(20+i), sched, flags, rs)
+	}
+	return b.String()
 }
