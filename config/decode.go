@@ -83,6 +83,7 @@ func decodeGlobals(n *node, c *Config) {
 		}
 		t.integer("masquerade_bit", &d.MasqueradeBit, 0, 31)
 		d.LocalNetworks = t.prefixes("local_networks")
+		d.RealServerNetworks = t.prefixes("real_server_networks")
 		t.boolean("strict_arp", &d.StrictARP)
 		d.NodeCIDRs = t.prefixes("node_cidrs")
 		for i, p := range d.NodeCIDRs {

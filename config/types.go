@@ -71,9 +71,15 @@ type Dataplane struct {
 	Interface string
 	// MasqueradeBit is the fwmark bit that asks POSTROUTING to MASQUERADE.
 	MasqueradeBit int
-	// LocalNetworks are the director's local and real-server networks:
-	// with snat = "auto", traffic from outside them is masqueraded.
+	// LocalNetworks are the networks whose clients need no SNAT: with
+	// snat = "auto", traffic from outside them is masqueraded (kube-proxy's
+	// cluster-CIDR semantics).
 	LocalNetworks []netip.Prefix
+	// RealServerNetworks are the real servers' networks. Traffic from them
+	// to a service is always masqueraded, so that real server A -> VIP ->
+	// real server B on one flat network gets its replies through the
+	// director. Empty means the real servers' own addresses.
+	RealServerNetworks []netip.Prefix
 	// StrictARP keeps the kernel from answering ARP for VIPs on other links.
 	StrictARP bool
 	// NodeCIDRs select which of the box's addresses serve NodePort-like

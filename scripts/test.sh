@@ -13,10 +13,18 @@ start=$SECONDS
 
 command -v go >/dev/null || { echo "test.sh: Go is needed on PATH" >&2; exit 1; }
 export GOTOOLCHAIN=local
-# The race detector needs cgo and a C compiler.
-if ! command -v gcc >/dev/null; then
-	stage "installing gcc (for go test -race)"
-	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq gcc >/dev/null
+# The race detector needs cgo and a C compiler; the packet-filter tests run
+# the host's iptables and ipset in network namespaces (iproute2).
+need=()
+command -v gcc >/dev/null || need+=(gcc)
+command -v ip >/dev/null || need+=(iproute2)
+command -v iptables-restore >/dev/null || need+=(iptables)
+command -v ipset >/dev/null || need+=(ipset)
+if [ ${#need[@]} -gt 0 ]; then
+	stage "installing ${need[*]}"
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get install -y -qq "${need[@]}" >/dev/null 2>&1 ||
+		{ apt-get update -qq && apt-get install -y -qq "${need[@]}" >/dev/null; }
 fi
 
 stage "go mod download"

@@ -80,6 +80,12 @@ type Dest struct {
 type State struct {
 	Services []Service    // sorted by key
 	VIPs     []netip.Addr // addresses to bind on the dummy interface, sorted
+	// NodeAddrs are the box's addresses serving NodePort-like services.
+	NodeAddrs []netip.Addr
+	// Sets holds every lbd ipset (all of SetSpecs) with its entries.
+	Sets map[string][]SetEntry
+	// Announce lists, per interface, the IPv4 VIPs lbd answers ARP for.
+	Announce map[string][]netip.Addr
 }
 
 // HealthKey identifies one real server of one service for health.
@@ -97,19 +103,37 @@ type Input struct {
 	// Health holds known health results. A real server without an entry
 	// gets its check's initial state (healthy with type "none").
 	Health map[HealthKey]bool
+	// HostAddrs are the box's own addresses (all interfaces): the node
+	// addresses of NodePort-like services are chosen from them, and they
+	// may always reach source-restricted services.
+	HostAddrs []netip.Addr
 }
 
 // Compute returns the desired state for in.
 func Compute(in Input) State {
-	var st State
+	st := State{Announce: map[string][]netip.Addr{}}
 	vips := map[netip.Addr]bool{}
+	for i := range in.Config.Services {
+		for _, vip := range in.Config.Services[i].VIPs {
+			vips[vip] = true
+		}
+	}
+	st.NodeAddrs = nodeAddrs(in.Config, in.HostAddrs, vips)
 	for i := range in.Config.Services {
 		s := &in.Config.Services[i]
 		dests := destinations(s, in)
 		for _, vip := range s.VIPs {
-			st.Services = append(st.Services, virtualServer(s, vip, dests))
-			if s.Announce == config.AnnounceRoute || s.Announce == config.AnnounceARP {
-				vips[vip] = true
+			st.Services = append(st.Services, virtualServer(s, vip, s.Port, dests))
+			if s.Announce == config.AnnounceARP && vip.Is4() {
+				st.Announce[s.AnnounceInterface] = append(st.Announce[s.AnnounceInterface], vip)
+			}
+		}
+		if s.NodePort == 0 {
+			continue
+		}
+		for _, a := range st.NodeAddrs {
+			if family(a) == s.Family() {
+				st.Services = append(st.Services, virtualServer(s, a, s.NodePort, dests))
 			}
 		}
 	}
@@ -118,12 +142,24 @@ func Compute(in Input) State {
 		st.VIPs = append(st.VIPs, v)
 	}
 	slices.SortFunc(st.VIPs, netip.Addr.Compare)
+	for iface, as := range st.Announce {
+		slices.SortFunc(as, netip.Addr.Compare)
+		st.Announce[iface] = slices.Compact(as)
+	}
+	st.Sets = filterSets(in.Config, &st, in.HostAddrs)
 	return st
 }
 
-func virtualServer(s *config.Service, vip netip.Addr, dests []Dest) Service {
+func family(a netip.Addr) int {
+	if a.Is4() {
+		return 4
+	}
+	return 6
+}
+
+func virtualServer(s *config.Service, vip netip.Addr, port uint16, dests []Dest) Service {
 	v := Service{
-		Key:          Key{Addr: vip, Port: s.Port, Protocol: s.Protocol},
+		Key:          Key{Addr: vip, Port: port, Protocol: s.Protocol},
 		Scheduler:    s.Scheduler,
 		Dests:        dests,
 		DrainTimeout: s.DrainTimeout,
