@@ -6,7 +6,9 @@ package main
 import (
 	"fmt"
 	"io"
+	"log"
 	"log/slog"
+	"strings"
 	"os"
 	"runtime/debug"
 
@@ -112,11 +114,26 @@ func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
 		return nil, &exitError{code: 2, err: fmt.Errorf("--log-level %q: expected debug, info, warn or error", level)}
 	}
 	opts := &slog.HandlerOptions{Level: lv}
+	var l *slog.Logger
 	switch format {
 	case "text":
-		return slog.New(slog.NewTextHandler(w, opts)), nil
+		l = slog.New(slog.NewTextHandler(w, opts))
 	case "json":
-		return slog.New(slog.NewJSONHandler(w, opts)), nil
+		l = slog.New(slog.NewJSONHandler(w, opts))
+	default:
+		return nil, &exitError{code: 2, err: fmt.Errorf("--log-format %q: expected text or json", format)}
 	}
-	return nil, &exitError{code: 2, err: fmt.Errorf("--log-format %q: expected text or json", format)}
+	// Libraries that log through the standard log package (netlink notes
+	// ipset attributes it does not know on every dump) go to debug.
+	log.SetFlags(0)
+	log.SetOutput(debugWriter{l})
+	return l, nil
+}
+
+// debugWriter turns standard-library log lines into slog debug records.
+type debugWriter struct{ l *slog.Logger }
+
+func (d debugWriter) Write(p []byte) (int, error) {
+	d.l.Debug("library", "msg", strings.TrimSpace(string(p)))
+	return len(p), nil
 }
