@@ -8,9 +8,9 @@ import (
 	"io"
 	"log"
 	"log/slog"
-	"strings"
 	"os"
 	"runtime/debug"
+	"strings"
 
 	"github.com/spf13/cobra"
 
