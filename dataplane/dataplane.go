@@ -16,6 +16,8 @@ import (
 	"github.com/lbdproject/lbd/config"
 	"github.com/lbdproject/lbd/dataplane/addrs"
 	"github.com/lbdproject/lbd/dataplane/desired"
+	"github.com/lbdproject/lbd/dataplane/ipset"
+	"github.com/lbdproject/lbd/dataplane/iptables"
 	"github.com/lbdproject/lbd/dataplane/ipvs"
 	"github.com/lbdproject/lbd/dataplane/runner"
 )
@@ -28,6 +30,22 @@ type IPVSApplier interface {
 // AddrApplier is what the dataplane needs of the VIP address applier.
 type AddrApplier interface {
 	Apply(vips []netip.Addr, full bool) (addrs.Stats, error)
+}
+
+// SetApplier keeps lbd's ipsets.
+type SetApplier interface {
+	Apply(specs []desired.SetSpec, want map[string][]desired.SetEntry, full bool) (ipset.Stats, error)
+}
+
+// FilterApplier keeps one family's iptables rules.
+type FilterApplier interface {
+	Apply(tables []desired.Table, full bool) (iptables.Stats, error)
+}
+
+// Announcer answers ARP for VIPs: it is handed the complete set after
+// every sync and does the rest itself.
+type Announcer interface {
+	Set(vips map[string][]netip.Addr)
 }
 
 // TimeoutSetter sets IPVS's global connection timeouts.
@@ -51,6 +69,10 @@ type SyncResult struct {
 	Dumps, Writes int
 	Services      int
 	Draining      int
+	// FilterRules and SetEntries size the packet filter: the rules do not
+	// grow with services, the entries do.
+	FilterRules int
+	SetEntries  int
 	// Waiting is set when the sync was skipped because not every source
 	// has delivered its first snapshot.
 	Waiting bool
@@ -66,6 +88,9 @@ type Dataplane struct {
 	addrs    AddrApplier
 	timeouts TimeoutSetter
 	ct       ConntrackCleaner
+	sets     SetApplier
+	filters  map[int]FilterApplier
+	announce Announcer
 	log      *slog.Logger
 	run      *runner.Runner
 
@@ -73,6 +98,7 @@ type Dataplane struct {
 	cfg        *config.Config
 	discovered map[string][]config.RealServer
 	health     map[desired.HealthKey]bool
+	hostAddrs  []netip.Addr
 	last       SyncResult
 	onSync     []func(SyncResult)
 
@@ -90,10 +116,14 @@ type Dataplane struct {
 type Options struct {
 	IPVS  IPVSApplier
 	Addrs AddrApplier
-	// Timeouts and Conntrack are optional.
+	// The rest is optional.
 	Timeouts  TimeoutSetter
 	Conntrack ConntrackCleaner
-	Logger    *slog.Logger
+	Sets      SetApplier
+	// Filters holds the iptables applier of each family (4, 6) in use.
+	Filters  map[int]FilterApplier
+	Announce Announcer
+	Logger   *slog.Logger
 	// Sync holds the runner's timings; the configuration's [sync] table
 	// provides them in the daemon.
 	Sync config.Sync
@@ -105,7 +135,8 @@ func New(opts Options) *Dataplane {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	d := &Dataplane{ipvs: opts.IPVS, addrs: opts.Addrs, timeouts: opts.Timeouts, ct: opts.Conntrack, log: opts.Logger}
+	d := &Dataplane{ipvs: opts.IPVS, addrs: opts.Addrs, timeouts: opts.Timeouts, ct: opts.Conntrack,
+		sets: opts.Sets, filters: opts.Filters, announce: opts.Announce, log: opts.Logger}
 	d.run = runner.New(d.sync, runner.Options{
 		MinInterval: opts.Sync.MinSyncPeriod,
 		MaxInterval: opts.Sync.SyncPeriod,
@@ -130,6 +161,14 @@ func (d *Dataplane) SetConfig(cfg *config.Config) {
 func (d *Dataplane) SetHealth(h map[desired.HealthKey]bool) {
 	d.mu.Lock()
 	d.health = h
+	d.mu.Unlock()
+	d.run.Run()
+}
+
+// SetHostAddrs replaces the box's own addresses and asks for a sync.
+func (d *Dataplane) SetHostAddrs(addrs []netip.Addr) {
+	d.mu.Lock()
+	d.hostAddrs = addrs
 	d.mu.Unlock()
 	d.run.Run()
 }
@@ -186,7 +225,7 @@ func (d *Dataplane) desired() (desired.State, *config.Config, bool) {
 	if d.cfg == nil {
 		return desired.State{}, nil, false
 	}
-	return desired.Compute(desired.Input{Config: d.cfg, Discovered: d.discovered, Health: d.health}), d.cfg, true
+	return desired.Compute(desired.Input{Config: d.cfg, Discovered: d.discovered, Health: d.health, HostAddrs: d.hostAddrs}), d.cfg, true
 }
 
 func (d *Dataplane) sync(_ context.Context, why runner.Reason) error {
@@ -227,6 +266,29 @@ func (d *Dataplane) sync(_ context.Context, why runner.Reason) error {
 	if err != nil {
 		errs = append(errs, fmt.Errorf("addresses: %w", err))
 	}
+	// Sets before the rules that match them.
+	if d.sets != nil {
+		ss, err := d.sets.Apply(desired.SetSpecs(), st.Sets, full)
+		res.Dumps += ss.Dumps
+		res.Writes += ss.Writes
+		res.SetEntries = ss.Entries
+		if err != nil {
+			errs = append(errs, fmt.Errorf("ipsets: %w", err))
+		}
+	}
+	for _, fam := range []int{4, 6} {
+		f, ok := d.filters[fam]
+		if !ok {
+			continue
+		}
+		fs, err := f.Apply(desired.Tables(cfg.Dataplane, fam), full)
+		res.Dumps += fs.Dumps
+		res.Writes += fs.Writes
+		res.FilterRules += fs.Rules
+		if err != nil {
+			errs = append(errs, fmt.Errorf("ip%stables: %w", map[int]string{4: "", 6: "6"}[fam], err))
+		}
+	}
 	ir, err := d.ipvs.Apply(st.Services, full)
 	res.Dumps += ir.Dumps
 	res.Writes += ir.Writes
@@ -241,6 +303,9 @@ func (d *Dataplane) sync(_ context.Context, why runner.Reason) error {
 			errs = append(errs, err)
 		}
 		d.log.Info("removed conntrack entries of deleted UDP real servers", "real_servers", len(ir.DeletedUDP), "entries", n)
+	}
+	if d.announce != nil {
+		d.announce.Set(st.Announce)
 	}
 	res.Services = len(st.Services)
 	res.Err = errors.Join(errs...)

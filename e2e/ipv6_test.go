@@ -32,6 +32,7 @@ name = "web6"
 vips = ["%[1]s"]
 port = 80
 scheduler = "rr"
+snat = "never"
 health_check = { type = "none" }
 real_server = [{ address = "%[3]s" }, { address = "%[4]s" }]
 
@@ -74,7 +75,10 @@ udp_timeout = "299s"
 	}
 	answers := probeOK(t, client, topo.HTTP, web, 2)
 	if a := answers[0].Client; a != client.Addr6(tp.Clients) {
-		t.Errorf("the real server saw client %s; want %s (NAT keeps the client address)", a, client.Addr6(tp.Clients))
+		t.Errorf("the real server saw client %s; want %s (snat = never keeps the client address)", a, client.Addr6(tp.Clients))
+	}
+	if a := probeOK(t, client, topo.HTTP, sticky, 1)[0].Client; a != dir.Addr6(tp.Backend) {
+		t.Errorf("with snat = auto and no local_networks the real server saw %s; want the director's %s", a, dir.Addr6(tp.Backend))
 	}
 	one := probeOK(t, client, topo.HTTP, sticky, 6).ByServer()
 	two := probeOK(t, client2, topo.HTTP, sticky, 6).ByServer()

@@ -2,14 +2,10 @@ package main
 
 import (
 	"fmt"
-	"path/filepath"
 
 	"github.com/spf13/cobra"
 
 	"github.com/lbdproject/lbd/config"
-	"github.com/lbdproject/lbd/dataplane"
-	"github.com/lbdproject/lbd/dataplane/addrs"
-	"github.com/lbdproject/lbd/dataplane/ipvs"
 )
 
 func newCleanupCommand() *cobra.Command {
@@ -17,29 +13,25 @@ func newCleanupCommand() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "cleanup",
 		Short: "Remove everything lbd created in the kernel, and nothing else",
-		Long: `Remove the IPVS virtual servers lbd created or adopted (as recorded in
---state-dir) and lbd's dummy interface with its VIPs. Other IPVS services and
-addresses are left alone. Stop the daemon first, or it puts everything back.
+		Long: `Remove lbd's iptables chains and the jumps to them, the IPVS virtual
+servers lbd created or adopted (as recorded in --state-dir), lbd's dummy
+interface with its VIPs, and lbd's ipsets. Other rules, sets, IPVS services
+and addresses are left alone. Stop the daemon first, or it puts everything back.
 Run it before removing the package if the dataplane should go too.`,
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
-			link := config.Defaults().Dataplane.Interface
-			if cfg, err := config.Load(path); err == nil {
-				link = cfg.Dataplane.Interface
-			} else {
-				fmt.Fprintf(c.ErrOrStderr(), "lbd: cannot read %s (%v); using interface %s\n", path, err, link)
+			cfg, err := config.Load(path)
+			if err != nil {
+				fmt.Fprintf(c.ErrOrStderr(), "lbd: cannot read %s (%v); using the default interface and mark\n", path, err)
+				d := config.Defaults()
+				cfg = &d
 			}
-			ik, err := ipvs.OpenKernel()
+			k, err := openKernel(stateDir)
 			if err != nil {
 				return err
 			}
-			defer ik.Close()
-			ak, err := addrs.OpenKernel()
-			if err != nil {
-				return err
-			}
-			defer ak.Close()
-			done, err := dataplane.Cleanup(ik, ipvs.FileLedger{Path: filepath.Join(stateDir, ledgerFile)}, ak, link)
+			defer k.Close()
+			done, err := k.cleanup(cfg)
 			for _, d := range done {
 				fmt.Fprintln(c.OutOrStdout(), "removed", d)
 			}

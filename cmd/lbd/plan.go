@@ -12,6 +12,7 @@ import (
 	"github.com/lbdproject/lbd/dataplane"
 	"github.com/lbdproject/lbd/dataplane/addrs"
 	"github.com/lbdproject/lbd/dataplane/desired"
+	"github.com/lbdproject/lbd/dataplane/hostaddrs"
 	"github.com/lbdproject/lbd/dataplane/ipvs"
 )
 
@@ -40,7 +41,10 @@ ipvsadm and ip syntax. It writes nothing.`,
 			if err != nil {
 				return &exitError{code: 1, err: err}
 			}
-			st := desired.Compute(desired.Input{Config: cfg})
+			// The box's own addresses decide where NodePort-like services
+			// are served; reading them touches nothing.
+			host, _ := hostaddrs.List()
+			st := desired.Compute(desired.Input{Config: cfg, HostAddrs: host})
 			if !diff {
 				return writePlan(c.OutOrStdout(), cfg, st)
 			}
@@ -88,5 +92,39 @@ func writePlan(w io.Writer, cfg *config.Config, st desired.State) error {
 		vips[i] = v.String()
 	}
 	fmt.Fprintf(w, "\n# VIPs on %s\n%s\n", cfg.Dataplane.Interface, strings.Join(vips, "\n"))
+	if len(st.NodeAddrs) > 0 {
+		fmt.Fprintf(w, "\n# node addresses (NodePort-like services)\n")
+		for _, a := range st.NodeAddrs {
+			fmt.Fprintln(w, a)
+		}
+	}
+	fmt.Fprintf(w, "\n# ipsets (ipset restore)\n")
+	for _, spec := range desired.SetSpecs() {
+		fam := "inet"
+		if spec.Family == 6 {
+			fam = "inet6"
+		}
+		fmt.Fprintf(w, "create %s %s family %s\n", spec.Name, spec.Type, fam)
+		for _, e := range st.Sets[spec.Name] {
+			fmt.Fprintf(w, "add %s %s\n", spec.Name, e)
+		}
+	}
+	for _, fam := range []int{4, 6} {
+		tool := map[int]string{4: "iptables", 6: "ip6tables"}[fam]
+		fmt.Fprintf(w, "\n# %s (%s-restore --noflush)\n", tool, tool)
+		for _, t := range desired.Tables(cfg.Dataplane, fam) {
+			io.WriteString(w, desired.RestoreInput(t))
+			for _, j := range t.Jumps {
+				pos := "-A " + j.From
+				if j.First {
+					pos = "-I " + j.From + " 1"
+				}
+				fmt.Fprintf(w, "# jump: %s %s\n", pos, j.Rule())
+			}
+		}
+	}
+	for iface, vips := range st.Announce {
+		fmt.Fprintf(w, "\n# ARP answered on %s for %v\n", iface, vips)
+	}
 	return nil
 }

@@ -7,7 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"path/filepath"
+	"sync"
 	"syscall"
 	"time"
 
@@ -15,9 +15,7 @@ import (
 
 	"github.com/lbdproject/lbd/config"
 	"github.com/lbdproject/lbd/dataplane"
-	"github.com/lbdproject/lbd/dataplane/addrs"
-	"github.com/lbdproject/lbd/dataplane/conntrack"
-	"github.com/lbdproject/lbd/dataplane/ipvs"
+	"github.com/lbdproject/lbd/dataplane/hostaddrs"
 	"github.com/lbdproject/lbd/dataplane/sysctl"
 	"github.com/lbdproject/lbd/discovery/file"
 	"github.com/lbdproject/lbd/metrics"
@@ -66,21 +64,11 @@ daemon and leave the dataplane in place, so traffic keeps flowing.`,
 
 // runDaemon wires the sources to the dataplane and runs until ctx ends.
 func runDaemon(ctx context.Context, log *slog.Logger, path, stateDir string) error {
-	kernelIPVS, err := ipvs.OpenKernel()
+	k, err := openKernel(stateDir)
 	if err != nil {
 		return err
 	}
-	defer kernelIPVS.Close()
-	kernelAddrs, err := addrs.OpenKernel()
-	if err != nil {
-		return err
-	}
-	defer kernelAddrs.Close()
-	ct, err := conntrack.Open()
-	if err != nil {
-		return err
-	}
-	defer ct.Close()
+	defer k.Close()
 	sysctl.Report("/proc/sys", log)
 
 	src, err := file.New(file.Options{Path: path, Logger: log})
@@ -92,20 +80,17 @@ func runDaemon(ctx context.Context, log *slog.Logger, path, stateDir string) err
 	defer signal.Stop(hup)
 
 	log.Info("lbd starting", "version", buildVersion(), "config", path)
-	srcCtx, stopSrc := context.WithCancel(ctx)
-	defer stopSrc()
+	runCtx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer func() {
+		stop()
+		wg.Wait()
+	}()
 	errc := make(chan error, 1)
-	go func() { errc <- src.Run(srcCtx) }()
+	wg.Go(func() { errc <- src.Run(runCtx) })
 
 	m := metrics.New()
 	var dp *dataplane.Dataplane
-	done := make(chan struct{})
-	defer func() {
-		stopSrc()
-		if dp != nil {
-			<-done
-		}
-	}()
 	updates := src.Updates()
 	for {
 		select {
@@ -120,20 +105,19 @@ func runDaemon(ctx context.Context, log *slog.Logger, path, stateDir string) err
 			m.ObserveConfigLoad(true, time.Now())
 			ensureSysctls(log, cfg)
 			if dp == nil {
-				// The runner's timings, the status socket and the metrics
-				// address come from the first configuration; changing them
-				// needs a restart.
-				dp = dataplane.New(dataplane.Options{
-					IPVS:      ipvs.New(kernelIPVS, ipvs.FileLedger{Path: filepath.Join(stateDir, ledgerFile)}),
-					Addrs:     addrs.New(kernelAddrs, cfg.Dataplane.Interface),
-					Timeouts:  kernelIPVS,
-					Conntrack: ct,
-					Logger:    log,
-					Sync:      cfg.Sync,
-				})
+				// The runner's timings, the interface, the status socket and
+				// the metrics address come from the first configuration;
+				// changing them needs a restart.
+				dp = k.newDataplane(cfg, log, nil)
 				dp.OnSync(m.ObserveSync)
-				go func() { dp.Loop(srcCtx); close(done) }()
-				go serveStatus(srcCtx, log, cfg.Status, src, dp, m)
+				// The box's addresses are known before the first sync, so
+				// it does not remove NodePort-like services to re-add them.
+				if addrs, err := hostaddrs.List(); err == nil {
+					dp.SetHostAddrs(addrs)
+				}
+				wg.Go(func() { hostaddrs.Follow(runCtx, log, dp.SetHostAddrs) })
+				wg.Go(func() { dp.Loop(runCtx) })
+				wg.Go(func() { serveStatus(runCtx, log, cfg.Status, src, dp, m) })
 			}
 			dp.SetConfig(cfg)
 		case err := <-errc:
@@ -178,7 +162,7 @@ func ensureSysctls(log *slog.Logger, cfg *config.Config) {
 			log.Warn("cannot keep router advertisements", "error", err)
 		}
 	}
-	if err := sysctl.Ensure("/proc/sys", sysctl.Required(ipv6), log); err != nil {
+	if err := sysctl.Ensure("/proc/sys", sysctl.Required(ipv6, cfg.Dataplane.StrictARP), log); err != nil {
 		log.Warn("kernel settings lbd relies on are not in place", "error", err)
 	}
 }

@@ -22,8 +22,10 @@ type Setting struct {
 }
 
 // Required returns the settings lbd relies on; ipv6 adds IPv6
-// forwarding, for configurations with IPv6 services.
-func Required(ipv6 bool) []Setting {
+// forwarding, for configurations with IPv6 services, and strictARP keeps
+// the kernel from answering ARP for VIPs (on the dummy link) on other
+// interfaces, as kube-proxy's strictARP does.
+func Required(ipv6, strictARP bool) []Setting {
 	s := []Setting{
 		{"net/ipv4/ip_forward", "1", "IPVS NAT forwards replies of real servers back to clients"},
 		{"net/ipv4/vs/conntrack", "1", "iptables MASQUERADE and conntrack see IPVS connections"},
@@ -32,6 +34,11 @@ func Required(ipv6 bool) []Setting {
 	}
 	if ipv6 {
 		s = append(s, Setting{"net/ipv6/conf/all/forwarding", "1", "IPVS NAT forwards replies of IPv6 real servers back to clients"})
+	}
+	if strictARP {
+		s = append(s,
+			Setting{"net/ipv4/conf/all/arp_ignore", "1", "strict_arp: answer ARP only for addresses of the interface asked"},
+			Setting{"net/ipv4/conf/all/arp_announce", "2", "strict_arp: never announce a VIP as the source of ARP requests"})
 	}
 	return s
 }

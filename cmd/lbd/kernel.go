@@ -1,0 +1,119 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os/exec"
+	"path/filepath"
+
+	"github.com/lbdproject/lbd/config"
+	"github.com/lbdproject/lbd/dataplane"
+	"github.com/lbdproject/lbd/dataplane/addrs"
+	"github.com/lbdproject/lbd/dataplane/conntrack"
+	"github.com/lbdproject/lbd/dataplane/desired"
+	"github.com/lbdproject/lbd/dataplane/ipset"
+	"github.com/lbdproject/lbd/dataplane/iptables"
+	"github.com/lbdproject/lbd/dataplane/ipvs"
+)
+
+// kernel holds the handles of every kernel subsystem lbd drives, opened in
+// the process's network namespace.
+type kernel struct {
+	ipvs    *ipvs.NetlinkKernel
+	addrs   *addrs.NetlinkKernel
+	sets    *ipset.NetlinkKernel
+	ct      *conntrack.Cleaner
+	filters map[int]*iptables.ExecRunner
+	backend iptables.Backend
+	ledger  ipvs.FileLedger
+}
+
+func openKernel(stateDir string) (_ *kernel, err error) {
+	k := &kernel{ledger: ipvs.FileLedger{Path: filepath.Join(stateDir, ledgerFile)}}
+	defer func() {
+		if err != nil {
+			k.Close()
+		}
+	}()
+	if k.ipvs, err = ipvs.OpenKernel(); err != nil {
+		return nil, err
+	}
+	if k.addrs, err = addrs.OpenKernel(); err != nil {
+		return nil, err
+	}
+	if k.sets, err = ipset.OpenKernel(); err != nil {
+		return nil, err
+	}
+	if k.ct, err = conntrack.Open(); err != nil {
+		return nil, err
+	}
+	k.backend = iptables.Detect()
+	k.filters = map[int]*iptables.ExecRunner{}
+	for fam, tool := range map[int]string{4: "iptables-restore", 6: "ip6tables-restore"} {
+		if _, err := exec.LookPath(tool); err == nil {
+			k.filters[fam] = iptables.NewExecRunner(fam, k.backend)
+		}
+	}
+	if k.filters[4] == nil {
+		return nil, errors.New("iptables-restore not found: install the iptables package")
+	}
+	return k, nil
+}
+
+// Close releases every handle that was opened.
+func (k *kernel) Close() {
+	if k.ipvs != nil {
+		k.ipvs.Close()
+	}
+	if k.addrs != nil {
+		k.addrs.Close()
+	}
+	if k.sets != nil {
+		k.sets.Close()
+	}
+	if k.ct != nil {
+		k.ct.Close()
+	}
+}
+
+// newDataplane builds the dataplane over k for cfg.
+func (k *kernel) newDataplane(cfg *config.Config, log *slog.Logger, announce dataplane.Announcer) *dataplane.Dataplane {
+	filters := map[int]dataplane.FilterApplier{}
+	for fam, r := range k.filters {
+		filters[fam] = iptables.New(r)
+	}
+	log.Info("packet filter", "iptables", k.filters[4].String(), "backend", string(k.backend), "ipv6", k.filters[6] != nil)
+	return dataplane.New(dataplane.Options{
+		IPVS:      ipvs.New(k.ipvs, k.ledger),
+		Addrs:     addrs.New(k.addrs, cfg.Dataplane.Interface),
+		Timeouts:  k.ipvs,
+		Conntrack: k.ct,
+		Sets:      ipset.New(k.sets),
+		Filters:   filters,
+		Announce:  announce,
+		Logger:    log,
+		Sync:      cfg.Sync,
+	})
+}
+
+// cleanup removes everything lbd created: rules first (they use the sets),
+// then virtual servers and the dummy link, then the sets.
+func (k *kernel) cleanup(cfg *config.Config) ([]string, error) {
+	var done []string
+	var errs []error
+	for fam, r := range k.filters {
+		d, err := iptables.Cleanup(r, desired.Tables(cfg.Dataplane, fam))
+		done = append(done, d...)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("ip%stables: %w", map[int]string{4: "", 6: "6"}[fam], err))
+		}
+	}
+	d, err := dataplane.Cleanup(k.ipvs, k.ledger, k.addrs, cfg.Dataplane.Interface)
+	done = append(done, d...)
+	errs = append(errs, err)
+	d, err = ipset.Cleanup(k.sets)
+	done = append(done, d...)
+	errs = append(errs, err)
+	return done, errors.Join(errs...)
+}
