@@ -8,13 +8,14 @@ import (
 	"time"
 
 	"github.com/lbdproject/lbd/dataplane"
+	"github.com/lbdproject/lbd/dataplane/announce"
 	"github.com/lbdproject/lbd/dataplane/desired"
 	"github.com/lbdproject/lbd/discovery/file"
 )
 
-// Build assembles a Snapshot from the configuration source's status and
-// the dataplane's view.
-func Build(version string, now time.Time, cfg file.Status, v dataplane.View) Snapshot {
+// Build assembles a Snapshot from the configuration source's status, the
+// dataplane's view and the ARP announcer's status.
+func Build(version string, now time.Time, cfg file.Status, v dataplane.View, ann []announce.InterfaceStatus) Snapshot {
 	s := Snapshot{
 		Version: version,
 		Time:    now,
@@ -43,6 +44,16 @@ func Build(version string, now time.Time, cfg file.Status, v dataplane.View) Sna
 	}
 	for _, svc := range v.Desired.Services {
 		s.Services = append(s.Services, service(svc, v.Kernel[svc.Key]))
+	}
+	for _, a := range ann {
+		out := Announce{Interface: a.Interface, MAC: a.HardwareAddr.String(), State: a.State.String()}
+		for _, v := range a.VIPs {
+			out.VIPs = append(out.VIPs, v.String())
+		}
+		if a.Err != nil {
+			out.Error = a.Err.Error()
+		}
+		s.Announce = append(s.Announce, out)
 	}
 	return s
 }

@@ -57,6 +57,13 @@ func WriteText(w io.Writer, s Snapshot) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	for _, a := range s.Announce {
+		fmt.Fprintf(&b, "\nARP on %s (%s): %s for %s", a.Interface, a.MAC, a.State, strings.Join(a.VIPs, " "))
+		if a.Error != "" {
+			fmt.Fprintf(&b, ": %s", a.Error)
+		}
+		b.WriteString("\n")
+	}
 	_, err := io.WriteString(w, b.String())
 	return err
 }

@@ -19,11 +19,21 @@ import (
 // Snapshot is everything `lbd status` shows. It is JSON on the socket and
 // the -o json output, so field names are part of lbd's interface.
 type Snapshot struct {
-	Version  string    `json:"version"`
-	Time     time.Time `json:"time"`
-	Config   Config    `json:"config"`
-	Sync     Sync      `json:"sync"`
-	Services []Service `json:"services"`
+	Version  string     `json:"version"`
+	Time     time.Time  `json:"time"`
+	Config   Config     `json:"config"`
+	Sync     Sync       `json:"sync"`
+	Services []Service  `json:"services"`
+	Announce []Announce `json:"announce,omitempty"`
+}
+
+// Announce is one interface lbd answers ARP on.
+type Announce struct {
+	Interface string   `json:"interface"`
+	MAC       string   `json:"mac"`
+	VIPs      []string `json:"vips"`
+	State     string   `json:"state"`
+	Error     string   `json:"error,omitempty"`
 }
 
 // Config is the configuration in force and the latest load.

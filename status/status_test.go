@@ -35,7 +35,7 @@ func view() dataplane.View {
 
 func TestWriteText(t *testing.T) {
 	snap := Build("1.0", time.Unix(1010, 0), file.Status{Path: "/etc/lbd/lbd.toml", Files: []string{"/etc/lbd/lbd.toml"}, Loaded: time.Unix(990, 0), Hash: "abc",
-		Err: errors.New("lbd.toml:4:1: port: bad"), ErrTime: time.Unix(1005, 0)}, view())
+		Err: errors.New("lbd.toml:4:1: port: bad"), ErrTime: time.Unix(1005, 0)}, view(), nil)
 	var b strings.Builder
 	if err := WriteText(&b, snap); err != nil {
 		t.Fatal(err)
@@ -66,7 +66,7 @@ func TestServeAndFetch(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() {
-		done <- Serve(ctx, sock, func() Snapshot { return Build("1.0", time.Now(), file.Status{Path: "p"}, view()) })
+		done <- Serve(ctx, sock, func() Snapshot { return Build("1.0", time.Now(), file.Status{Path: "p"}, view(), nil) })
 	}()
 	var snap Snapshot
 	var err error

@@ -15,6 +15,7 @@ import (
 
 	"github.com/lbdproject/lbd/config"
 	"github.com/lbdproject/lbd/dataplane"
+	"github.com/lbdproject/lbd/dataplane/announce"
 	"github.com/lbdproject/lbd/dataplane/hostaddrs"
 	"github.com/lbdproject/lbd/dataplane/sysctl"
 	"github.com/lbdproject/lbd/discovery/file"
@@ -108,7 +109,13 @@ func runDaemon(ctx context.Context, log *slog.Logger, path, stateDir string) err
 				// The runner's timings, the interface, the status socket and
 				// the metrics address come from the first configuration;
 				// changing them needs a restart.
-				dp = k.newDataplane(cfg, log, nil)
+				ann := announce.New(announce.Options{Logger: log})
+				wg.Go(func() {
+					if err := ann.Run(runCtx); err != nil {
+						log.Error("ARP announcer stopped", "error", err)
+					}
+				})
+				dp = k.newDataplane(cfg, log, ann)
 				dp.OnSync(m.ObserveSync)
 				// The box's addresses are known before the first sync, so
 				// it does not remove NodePort-like services to re-add them.
@@ -117,7 +124,7 @@ func runDaemon(ctx context.Context, log *slog.Logger, path, stateDir string) err
 				}
 				wg.Go(func() { hostaddrs.Follow(runCtx, log, dp.SetHostAddrs) })
 				wg.Go(func() { dp.Loop(runCtx) })
-				wg.Go(func() { serveStatus(runCtx, log, cfg.Status, src, dp, m) })
+				wg.Go(func() { serveStatus(runCtx, log, cfg.Status, src, dp, ann, m) })
 			}
 			dp.SetConfig(cfg)
 		case err := <-errc:
@@ -132,9 +139,9 @@ func runDaemon(ctx context.Context, log *slog.Logger, path, stateDir string) err
 
 // serveStatus serves the status socket and the metrics until ctx ends; a
 // failure to listen is logged, not fatal: the dataplane matters more.
-func serveStatus(ctx context.Context, log *slog.Logger, cfg config.Status, src *file.Source, dp *dataplane.Dataplane, m *metrics.Metrics) {
+func serveStatus(ctx context.Context, log *slog.Logger, cfg config.Status, src *file.Source, dp *dataplane.Dataplane, ann *announce.Announcer, m *metrics.Metrics) {
 	snapshot := func() status.Snapshot {
-		return status.Build(buildVersion(), time.Now(), src.Status(), dp.View())
+		return status.Build(buildVersion(), time.Now(), src.Status(), dp.View(), ann.Status())
 	}
 	go func() {
 		if err := status.Serve(ctx, cfg.Socket, snapshot); err != nil {
