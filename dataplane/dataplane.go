@@ -309,7 +309,8 @@ func (d *Dataplane) sync(_ context.Context, why runner.Reason) error {
 	}
 	res.Services = len(st.Services)
 	res.Err = errors.Join(errs...)
-	if kw, ok := d.ipvs.(KernelWeigher); ok {
+	// The kernel view only changes when the kernel was read or written.
+	if kw, ok := d.ipvs.(KernelWeigher); ok && (res.Writes > 0 || res.Dumps > 0 || d.kernel == nil) {
 		weights := kw.KernelWeights()
 		d.mu.Lock()
 		d.kernel = weights

@@ -11,11 +11,12 @@ import (
 	"github.com/lbdproject/lbd/dataplane/announce"
 	"github.com/lbdproject/lbd/dataplane/desired"
 	"github.com/lbdproject/lbd/discovery/file"
+	"github.com/lbdproject/lbd/healthcheck"
 )
 
 // Build assembles a Snapshot from the configuration source's status, the
 // dataplane's view and the ARP announcer's status.
-func Build(version string, now time.Time, cfg file.Status, v dataplane.View, ann []announce.InterfaceStatus) Snapshot {
+func Build(version string, now time.Time, cfg file.Status, v dataplane.View, ann []announce.InterfaceStatus, health map[healthcheck.Key]healthcheck.Status) Snapshot {
 	s := Snapshot{
 		Version: version,
 		Time:    now,
@@ -43,7 +44,7 @@ func Build(version string, now time.Time, cfg file.Status, v dataplane.View, ann
 		s.Sync.Error = v.Last.Err.Error()
 	}
 	for _, svc := range v.Desired.Services {
-		s.Services = append(s.Services, service(svc, v.Kernel[svc.Key]))
+		s.Services = append(s.Services, service(svc, v.Kernel[svc.Key], health))
 	}
 	for _, a := range ann {
 		out := Announce{Interface: a.Interface, MAC: a.HardwareAddr.String(), State: a.State.String()}
@@ -58,12 +59,12 @@ func Build(version string, now time.Time, cfg file.Status, v dataplane.View, ann
 	return s
 }
 
-func service(svc desired.Service, kernel map[netip.AddrPort]int) Service {
+func service(svc desired.Service, kernel map[netip.AddrPort]int, health map[healthcheck.Key]healthcheck.Status) Service {
 	out := Service{
 		Name:          svc.Name,
 		VirtualServer: svc.Key.String(),
 		Scheduler:     svc.Scheduler,
-		Source:        svc.Source,
+		Source:        svc.Source.String(),
 		RealServers:   []RealServer{},
 	}
 	if svc.Flags&desired.FlagPersistent != 0 {
@@ -74,10 +75,11 @@ func service(svc desired.Service, kernel map[netip.AddrPort]int) Service {
 		seen[d.Addr] = true
 		out.RealServers = append(out.RealServers, RealServer{
 			Address:      d.Addr.String(),
-			Source:       d.Source,
+			Source:       d.Source.String(),
 			ConfigWeight: d.ConfigWeight,
 			Weight:       d.Weight,
 			KernelWeight: weightIn(kernel, d.Addr),
+			Health:       healthOf(health, svc.Name, d.Addr),
 		})
 	}
 	// Destinations the kernel still holds but the desired state dropped:
@@ -100,4 +102,15 @@ func weightIn(kernel map[netip.AddrPort]int, addr netip.AddrPort) *int {
 		return nil
 	}
 	return &w
+}
+
+func healthOf(health map[healthcheck.Key]healthcheck.Status, service string, addr netip.AddrPort) *Health {
+	st, ok := health[healthcheck.Key{Service: service, Addr: addr}]
+	if !ok {
+		return nil
+	}
+	return &Health{
+		Check: string(st.Type), Target: st.Target.String(), Healthy: st.Healthy, Since: st.Since,
+		LastCheck: st.LastCheck, LastError: st.LastError,
+	}
 }

@@ -39,19 +39,19 @@ func WriteText(w io.Writer, s Snapshot) error {
 	}
 	b.WriteString("\n")
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "VIRTUAL SERVER / REAL SERVER\tSCHED\tCONFIG\tDESIRED\tKERNEL\tSOURCE")
+	fmt.Fprintln(tw, "VIRTUAL SERVER / REAL SERVER\tSCHED\tCONFIG\tDESIRED\tKERNEL\tHEALTH\tSOURCE")
 	for _, svc := range s.Services {
 		sched := svc.Scheduler
 		if svc.Persistence != "" {
 			sched += " " + svc.Persistence
 		}
-		fmt.Fprintf(tw, "%s (%s)\t%s\t\t\t\t%s\n", svc.VirtualServer, svc.Name, sched, svc.Source)
+		fmt.Fprintf(tw, "%s (%s)\t%s\t\t\t\t\t%s\n", svc.VirtualServer, svc.Name, sched, svc.Source)
 		for _, r := range svc.RealServers {
 			kernel := "-"
 			if r.KernelWeight != nil {
 				kernel = strconv.Itoa(*r.KernelWeight)
 			}
-			fmt.Fprintf(tw, "  -> %s\t\t%d\t%d\t%s\t%s\n", r.Address, r.ConfigWeight, r.Weight, kernel, r.Source)
+			fmt.Fprintf(tw, "  -> %s\t\t%d\t%d\t%s\t%s\t%s\n", r.Address, r.ConfigWeight, r.Weight, kernel, health(s.Time, r.Health), r.Source)
 		}
 	}
 	if err := tw.Flush(); err != nil {
@@ -73,4 +73,20 @@ func ago(now, t time.Time) string {
 		return "never"
 	}
 	return fmt.Sprintf("%s ago", now.Sub(t).Round(time.Second))
+}
+
+// health renders a real server's check state: "up 3m", "DOWN 10s (connection refused)", or "-".
+func health(now time.Time, h *Health) string {
+	if h == nil {
+		return "-"
+	}
+	state := "up"
+	if !h.Healthy {
+		state = "DOWN"
+	}
+	out := fmt.Sprintf("%s %s %s", h.Check, state, now.Sub(h.Since).Round(time.Second))
+	if h.LastError != "" {
+		out += " (" + h.LastError + ")"
+	}
+	return out
 }

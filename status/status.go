@@ -77,6 +77,18 @@ type RealServer struct {
 	Weight       int    `json:"weight"` // desired, after health and quorum
 	// KernelWeight is nil when the kernel does not hold the destination.
 	KernelWeight *int `json:"kernel_weight"`
+	// Health is nil for real servers that are not checked.
+	Health *Health `json:"health,omitempty"`
+}
+
+// Health is a real server's check state.
+type Health struct {
+	Check     string    `json:"check"`
+	Target    string    `json:"target"`
+	Healthy   bool      `json:"healthy"`
+	Since     time.Time `json:"since"`
+	LastCheck time.Time `json:"last_check,omitzero"`
+	LastError string    `json:"last_error,omitempty"`
 }
 
 // Serve answers GET /status on a unix socket at path with snapshot() until

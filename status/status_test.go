@@ -22,11 +22,11 @@ func view() dataplane.View {
 	return dataplane.View{
 		Last: dataplane.SyncResult{Start: time.Unix(1000, 0), Duration: time.Millisecond, Writes: 2, Dumps: 1},
 		Desired: desired.State{Services: []desired.Service{{
-			Key: key, Scheduler: "wrr", Name: "web", Source: "lbd.toml:3:1",
+			Key: key, Scheduler: "wrr", Name: "web", Source: config.Pos{File: "lbd.toml", Line: 3, Col: 1},
 			Flags: desired.FlagPersistent, Timeout: 600,
 			Dests: []desired.Dest{
-				{Addr: rs1, Weight: 3, ConfigWeight: 3, Source: "lbd.toml:8:1"},
-				{Addr: rs2, Weight: 0, ConfigWeight: 1, Source: "lbd.toml:11:1"},
+				{Addr: rs1, Weight: 3, ConfigWeight: 3, Source: config.Pos{File: "lbd.toml", Line: 8, Col: 1}},
+				{Addr: rs2, Weight: 0, ConfigWeight: 1, Source: config.Pos{File: "lbd.toml", Line: 11, Col: 1}},
 			},
 		}}},
 		Kernel: map[desired.Key]map[netip.AddrPort]int{key: {rs1: 3, gone: 0}},
@@ -35,7 +35,7 @@ func view() dataplane.View {
 
 func TestWriteText(t *testing.T) {
 	snap := Build("1.0", time.Unix(1010, 0), file.Status{Path: "/etc/lbd/lbd.toml", Files: []string{"/etc/lbd/lbd.toml"}, Loaded: time.Unix(990, 0), Hash: "abc",
-		Err: errors.New("lbd.toml:4:1: port: bad"), ErrTime: time.Unix(1005, 0)}, view(), nil)
+		Err: errors.New("lbd.toml:4:1: port: bad"), ErrTime: time.Unix(1005, 0)}, view(), nil, nil)
 	var b strings.Builder
 	if err := WriteText(&b, snap); err != nil {
 		t.Fatal(err)
@@ -46,11 +46,11 @@ config REJECTED 5s ago; the configuration above stays in force:
   lbd.toml:4:1: port: bad
 sync: 10s ago (requested, 1ms, 2 writes, 1 dumps): ok
 
-VIRTUAL SERVER / REAL SERVER  SCHED                CONFIG  DESIRED  KERNEL  SOURCE
-192.0.2.10:80/tcp (web)       wrr persistent 600s                           lbd.toml:3:1
-  -> 10.0.0.1:80                                   3       3        3       lbd.toml:8:1
-  -> 10.0.0.2:80                                   1       0        -       lbd.toml:11:1
-  -> 10.0.0.3:80                                   0       0        0       draining: no longer desired
+VIRTUAL SERVER / REAL SERVER  SCHED                CONFIG  DESIRED  KERNEL  HEALTH  SOURCE
+192.0.2.10:80/tcp (web)       wrr persistent 600s                                   lbd.toml:3:1
+  -> 10.0.0.1:80                                   3       3        3       -       lbd.toml:8:1
+  -> 10.0.0.2:80                                   1       0        -       -       lbd.toml:11:1
+  -> 10.0.0.3:80                                   0       0        0       -       draining: no longer desired
 `
 	if b.String() != want {
 		t.Errorf("got:\n%s\nwant:\n%s", b.String(), want)
@@ -66,7 +66,7 @@ func TestServeAndFetch(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() {
-		done <- Serve(ctx, sock, func() Snapshot { return Build("1.0", time.Now(), file.Status{Path: "p"}, view(), nil) })
+		done <- Serve(ctx, sock, func() Snapshot { return Build("1.0", time.Now(), file.Status{Path: "p"}, view(), nil, nil) })
 	}()
 	var snap Snapshot
 	var err error

@@ -14,6 +14,10 @@ import (
 // namespace, over one reused socket.
 type NetlinkKernel struct {
 	h *netlink.Handle
+	// link is the dummy link as EnsureLink last found it: adding 10,000
+	// VIPs should not look it up 10,000 times. A write that fails makes
+	// the applier re-run EnsureLink, which refreshes it.
+	link netlink.Link
 }
 
 var _ Kernel = (*NetlinkKernel)(nil)
@@ -49,6 +53,7 @@ func (k *NetlinkKernel) EnsureLink(name string) error {
 	if l.Type() != "dummy" {
 		return fmt.Errorf("%s exists and is a %s link, not dummy: choose another [dataplane] interface", name, l.Type())
 	}
+	k.link = l
 	if l.Attrs().Flags&net.FlagUp == 0 {
 		return k.h.LinkSetUp(l)
 	}
@@ -97,12 +102,15 @@ func hostAddr(a netip.Addr) *netlink.Addr {
 	return addr
 }
 
-func (k *NetlinkKernel) link(name string) (netlink.Link, error) {
+func (k *NetlinkKernel) linkNamed(name string) (netlink.Link, error) {
+	if k.link != nil && k.link.Attrs().Name == name {
+		return k.link, nil
+	}
 	return k.h.LinkByName(name)
 }
 
 func (k *NetlinkKernel) Add(link string, a netip.Addr) error {
-	l, err := k.link(link)
+	l, err := k.linkNamed(link)
 	if err != nil {
 		return err
 	}
@@ -110,7 +118,7 @@ func (k *NetlinkKernel) Add(link string, a netip.Addr) error {
 }
 
 func (k *NetlinkKernel) Delete(link string, a netip.Addr) error {
-	l, err := k.link(link)
+	l, err := k.linkNamed(link)
 	if err != nil {
 		return err
 	}

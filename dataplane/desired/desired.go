@@ -60,8 +60,9 @@ type Service struct {
 
 	// Name is the lbd service this virtual server belongs to.
 	Name string
-	// Source is where the service was configured.
-	Source string
+	// Source is where the service was configured (formatted only when
+	// shown: Compute runs on every sync).
+	Source config.Pos
 }
 
 // Dest is one IPVS destination (always NAT/masquerading).
@@ -71,9 +72,9 @@ type Dest struct {
 	// ConfigWeight is the weight the configuration gives; Weight differs
 	// when health or quorum changed it.
 	ConfigWeight int
-	// Source is where the real server comes from (a file position, or
-	// "consul:NAME").
-	Source string
+	// Source is where the real server comes from: a file position, or a
+	// Pos whose File says "consul:NAME" or "sorry_server of NAME".
+	Source config.Pos
 }
 
 // State is everything lbd wants in the kernel.
@@ -164,7 +165,7 @@ func virtualServer(s *config.Service, vip netip.Addr, port uint16, dests []Dest)
 		Dests:        dests,
 		DrainTimeout: s.DrainTimeout,
 		Name:         s.Name,
-		Source:       s.Pos.String(),
+		Source:       s.Pos,
 	}
 	for _, f := range s.SchedulerFlags {
 		v.Flags |= schedFlagBits[f]
@@ -185,7 +186,17 @@ func virtualServer(s *config.Service, vip netip.Addr, port uint16, dests []Dest)
 // destinations applies health, on_unhealthy and the quorum rules to the
 // service's real servers.
 func destinations(s *config.Service, in Input) []Dest {
-	reals := slices.Concat(s.RealServers, in.Discovered[s.Name])
+	// Pointers, not copies: a RealServer carries its whole check, and
+	// this runs for every real server on every sync.
+	discovered := in.Discovered[s.Name]
+	reals := make([]*config.RealServer, 0, len(s.RealServers)+len(discovered))
+	for i := range s.RealServers {
+		reals = append(reals, &s.RealServers[i])
+	}
+	for i := range discovered {
+		reals = append(reals, &discovered[i])
+	}
+	out := make([]Dest, 0, len(reals)+1)
 	healthy := 0
 	up := make([]bool, len(reals))
 	for i, r := range reals {
@@ -194,7 +205,6 @@ func destinations(s *config.Service, in Input) []Dest {
 			healthy++
 		}
 	}
-	var out []Dest
 	switch {
 	case healthy >= s.Quorum || s.QuorumFallback == config.QuorumHealthy:
 		for i, r := range reals {
@@ -211,7 +221,7 @@ func destinations(s *config.Service, in Input) []Dest {
 		for _, r := range reals {
 			out = append(out, dest(r, 0))
 		}
-		out = append(out, Dest{Addr: *s.SorryServer, Weight: 1, ConfigWeight: 1, Source: "sorry_server of " + s.Name})
+		out = append(out, Dest{Addr: *s.SorryServer, Weight: 1, ConfigWeight: 1, Source: config.Pos{File: "sorry_server of " + s.Name}})
 	default: // QuorumKeep: the checks are more likely wrong than every server
 		for _, r := range reals {
 			out = append(out, dest(r, r.Weight))
@@ -223,11 +233,11 @@ func destinations(s *config.Service, in Input) []Dest {
 	return slices.CompactFunc(out, func(a, b Dest) bool { return a.Addr == b.Addr })
 }
 
-func dest(r config.RealServer, weight int) Dest {
-	return Dest{Addr: r.AddrPort(), Weight: weight, ConfigWeight: r.Weight, Source: r.Pos.String()}
+func dest(r *config.RealServer, weight int) Dest {
+	return Dest{Addr: r.AddrPort(), Weight: weight, ConfigWeight: r.Weight, Source: r.Pos}
 }
 
-func isHealthy(service string, r config.RealServer, health map[HealthKey]bool) bool {
+func isHealthy(service string, r *config.RealServer, health map[HealthKey]bool) bool {
 	if r.HealthCheck.Type == config.CheckNone {
 		return true
 	}

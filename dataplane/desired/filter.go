@@ -113,8 +113,18 @@ func (e SetEntry) String() string {
 	return strings.Join(parts, ",")
 }
 
-// Compare orders entries by their text, for stable output.
-func (e SetEntry) Compare(o SetEntry) int { return cmp.Compare(e.String(), o.String()) }
+// Compare orders entries field by field (not by their text: sets hold
+// hundreds of thousands of entries and are sorted on every sync).
+func (e SetEntry) Compare(o SetEntry) int {
+	return cmp.Or(
+		e.IP.Compare(o.IP),
+		cmp.Compare(e.Proto, o.Proto),
+		cmp.Compare(e.Port, o.Port),
+		e.IP2.Compare(o.IP2),
+		e.Net.Addr().Compare(o.Net.Addr()),
+		cmp.Compare(e.Net.Bits(), o.Net.Bits()),
+	)
+}
 
 // sets collects entries per set name, without duplicates.
 type sets map[string]map[SetEntry]bool

@@ -78,6 +78,9 @@ type Applier struct {
 	k      Kernel
 	ledger Ledger
 	cache  map[desired.Key]*entry
+	// owned caches the ledger: the applier is its only writer, so it is
+	// read once (per process) rather than parsed on every sync.
+	owned map[desired.Key]bool
 	// valid is false until a dump succeeded and after any failed write:
 	// then the cache cannot be trusted and the next Apply dumps.
 	valid bool
@@ -112,10 +115,14 @@ func sameAttrs(a, b Service) bool {
 // virtual server do not stop the others; all are returned, joined.
 func (a *Applier) Apply(want []desired.Service, full bool) (Result, error) {
 	var res Result
-	owned, err := a.ledger.Owned()
-	if err != nil {
-		return res, fmt.Errorf("reading owned IPVS services: %w", err)
+	if a.owned == nil {
+		owned, err := a.ledger.Owned()
+		if err != nil {
+			return res, fmt.Errorf("reading owned IPVS services: %w", err)
+		}
+		a.owned = owned
 	}
+	owned := a.owned
 	freshConns := false
 	if full || !a.valid {
 		if err := a.refresh(owned, want); err != nil {
@@ -135,6 +142,7 @@ func (a *Applier) Apply(want []desired.Service, full bool) (Result, error) {
 		if err := a.ledger.SetOwned(next); err != nil {
 			return res, fmt.Errorf("recording owned IPVS services: %w", err)
 		}
+		a.owned = maps.Clone(next)
 	}
 	stored := maps.Clone(next)
 
@@ -174,6 +182,8 @@ func (a *Applier) Apply(want []desired.Service, full bool) (Result, error) {
 	if !maps.Equal(next, stored) {
 		if err := a.ledger.SetOwned(next); err != nil {
 			errs = append(errs, fmt.Errorf("recording owned IPVS services: %w", err))
+		} else {
+			a.owned = next
 		}
 	}
 	return res, errors.Join(errs...)
@@ -181,8 +191,16 @@ func (a *Applier) Apply(want []desired.Service, full bool) (Result, error) {
 
 type noteFunc func(err error, format string, args ...any) bool
 
+// location names a virtual server in errors; it formats only when an
+// error is built, since Apply visits every virtual server on every sync.
+type location struct{ s *desired.Service }
+
+func (l location) String() string {
+	return fmt.Sprintf("virtual server %s (service %s at %s)", l.s.Key, l.s.Name, l.s.Source)
+}
+
 func (a *Applier) applyService(s desired.Service, now time.Time, freshConns bool, res *Result, note noteFunc) {
-	where := fmt.Sprintf("virtual server %s (service %s at %s)", s.Key, s.Name, s.Source)
+	where := location{&s} // formatted only into an error
 	e := a.cache[s.Key]
 	switch {
 	case e == nil:
@@ -200,9 +218,7 @@ func (a *Applier) applyService(s desired.Service, now time.Time, freshConns bool
 		e.svc = svc
 	}
 
-	wantDests := make(map[netip.AddrPort]bool, len(s.Dests))
 	for _, d := range s.Dests {
-		wantDests[d.Addr] = true
 		ds := e.dests[d.Addr]
 		switch {
 		case ds == nil:
@@ -216,6 +232,16 @@ func (a *Applier) applyService(s desired.Service, now time.Time, freshConns bool
 		default:
 			ds.draining = time.Time{} // back in the desired state: drain over
 		}
+	}
+	// Every desired destination is now cached (or failed to be added):
+	// only a cache larger than the desired list holds some to remove, so
+	// the common sync with nothing removed skips this scan.
+	if len(e.dests) <= len(s.Dests) {
+		return
+	}
+	wantDests := make(map[netip.AddrPort]bool, len(s.Dests))
+	for _, d := range s.Dests {
+		wantDests[d.Addr] = true
 	}
 	for _, addr := range slices.SortedFunc(maps.Keys(e.dests), netip.AddrPort.Compare) {
 		if wantDests[addr] {

@@ -26,7 +26,7 @@ var (
 
 // svc builds a desired virtual server with destinations "addr=weight".
 func svc(k desired.Key, sched string, dests ...any) desired.Service {
-	s := desired.Service{Key: k, Scheduler: sched, Name: "svc", Source: "test", DrainTimeout: time.Minute}
+	s := desired.Service{Key: k, Scheduler: sched, Name: "svc", Source: config.Pos{File: "test"}, DrainTimeout: time.Minute}
 	for i := 0; i < len(dests); i += 2 {
 		s.Dests = append(s.Dests, desired.Dest{Addr: dests[i].(netip.AddrPort), Weight: dests[i+1].(int)})
 	}
