@@ -21,8 +21,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/pprof"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/lbdproject/lbd/config"
@@ -220,6 +222,7 @@ func benchLBDRole(args []string) (any, error) {
 	cfgPath := fs.String("config", "", "lbd.toml to load")
 	stateDir := fs.String("state-dir", "", "directory for the ownership ledger")
 	period := fs.Duration("sync-period", 5*time.Second, "sync_period: the wait before the periodic full reconcile")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the three syncs here")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -246,16 +249,16 @@ func benchLBDRole(args []string) (any, error) {
 	ledger := &timedLedger{l: ipvs.FileLedger{Path: filepath.Join(*stateDir, "ipvs-owned.json")}}
 	ia := &timedIPVS{a: ipvs.New(countedIPVS{kIPVS, &n}, ledger)}
 	aa := &timedAddrs{a: addrs.New(countedAddrs{kAddrs, &n}, cfg.Dataplane.Interface)}
-	sync := cfg.Sync
+	timings := cfg.Sync
 	// A short sync_period brings the periodic full reconcile soon after the
 	// weight change; the runner's other timings stay the configuration's.
-	sync.SyncPeriod = *period
+	timings.SyncPeriod = *period
 	dp := dataplane.New(dataplane.Options{
 		IPVS:     ia,
 		Addrs:    aa,
 		Timeouts: countedTimeouts{kIPVS, &n},
 		Logger:   slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
-		Sync:     sync,
+		Sync:     timings,
 	})
 
 	type outcome struct {
@@ -294,6 +297,13 @@ func benchLBDRole(args []string) (any, error) {
 			return syncFigures{}, fmt.Errorf("%s: no sync within an hour", what)
 		}
 	}
+	stopProfile := func() {}
+	if *cpuProfile != "" {
+		if stopProfile, err = startCPUProfile(*cpuProfile); err != nil {
+			return nil, err
+		}
+		defer stopProfile() // on errors; stopping twice is harmless
+	}
 	dp.SetConfig(cfg)
 	if res.Cold, err = next("cold sync", "requested"); err != nil {
 		return nil, err
@@ -308,6 +318,7 @@ func benchLBDRole(args []string) (any, error) {
 	if res.Full, err = next("periodic full reconcile", "periodic"); err != nil {
 		return nil, err
 	}
+	stopProfile()
 	cancel()
 	<-loopDone
 
@@ -337,6 +348,19 @@ func benchLBDRole(args []string) (any, error) {
 	}
 	res.PeakRSSKiB, _ = procStatusKiB("self", "VmHWM")
 	return res, nil
+}
+
+func startCPUProfile(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	var once sync.Once
+	return func() { once.Do(func() { pprof.StopCPUProfile(); f.Close() }) }, nil
 }
 
 // withWeight returns a copy of cfg in which one real server has weight w;

@@ -15,6 +15,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"net/netip"
@@ -44,6 +45,9 @@ const (
 	benchServicesEnv = "LBD_E2E_BENCH_SERVICES"
 	benchRealsEnv    = "LBD_E2E_BENCH_REALS"
 	benchRoundsEnv   = "LBD_E2E_BENCH_ROUNDS"
+	// benchProfileEnv=1: profile the first lbd round's syncs and print the
+	// profile, base64, between markers (scripts/bench.sh decodes it).
+	benchProfileEnv = "LBD_E2E_BENCH_PROFILE"
 )
 
 // Targets, from the issue that asked for these benchmarks.
@@ -155,7 +159,7 @@ func TestBenchDataplane(t *testing.T) {
 	for r := 1; r <= b.p.rounds; r++ {
 		// lbd and ipvsadm alternate, each in a fresh namespace, so that a
 		// drift of the machine over the run touches both alike.
-		lr := b.lbdRound(t)
+		lr := b.lbdRound(t, r == 1 && os.Getenv(benchProfileEnv) == "1")
 		t.Logf("round %d: lbd cold sync %v (addresses %v, IPVS %v); weight change %v, %d reads, %d writes; full reconcile %v; ipvsadm -Sn %v",
 			r, lr.Cold.Whole, lr.Cold.Addrs, lr.Cold.IPVS, lr.Weight.Whole, lr.Weight.Reads, lr.Weight.Writes, lr.Full.Whole, lr.SaveN)
 		lbdRounds = append(lbdRounds, lr)
@@ -274,7 +278,7 @@ func (b *bench) runRole(t *testing.T, ns *topo.Netns, role string, out any, args
 	}
 }
 
-func (b *bench) lbdRound(t *testing.T) lbdRoundResult {
+func (b *bench) lbdRound(t *testing.T, profile bool) lbdRoundResult {
 	t.Helper()
 	ns := b.freshNetns(t)
 	b.quiet(t)
@@ -282,8 +286,16 @@ func (b *bench) lbdRound(t *testing.T) lbdRoundResult {
 	if err != nil {
 		t.Fatal(err)
 	}
+	args := []string{"-config", b.cfgPath, "-state-dir", state}
+	prof := filepath.Join(state, "cpu.pprof")
+	if profile {
+		args = append(args, "-cpuprofile", prof)
+	}
 	var res lbdRoundResult
-	b.runRole(t, ns, roleBenchLBD, &res, "-config", b.cfgPath, "-state-dir", state)
+	b.runRole(t, ns, roleBenchLBD, &res, args...)
+	if profile {
+		printProfile(t, prof)
+	}
 	if want := b.p.services * (b.p.reals + 1); res.SaveLines != want {
 		t.Fatalf("ipvsadm -Sn printed %d lines, want %d", res.SaveLines, want)
 	}
@@ -399,6 +411,32 @@ func (b *bench) lbdRunMemory(t *testing.T, lbdBin string) rssResult {
 	stop()
 	b.dropNetns(t, ns)
 	return res
+}
+
+// Markers of the profile on the console; scripts/bench.sh looks for them.
+const (
+	profileBegin = "==== lbd bench cpu profile (base64) ===="
+	profileEnd   = "==== end of lbd bench cpu profile ===="
+)
+
+// printProfile prints a profile file base64-encoded between markers: the
+// guest's files vanish with it, its console does not.
+func printProfile(t *testing.T, path string) {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	enc := base64.StdEncoding.EncodeToString(data)
+	var b strings.Builder
+	b.WriteString(profileBegin + "\n")
+	for len(enc) > 0 {
+		n := min(len(enc), 76)
+		b.WriteString(enc[:n] + "\n")
+		enc = enc[n:]
+	}
+	b.WriteString(profileEnd + "\n")
+	fmt.Print(b.String())
 }
 
 type lockedBuffer struct {
@@ -573,12 +611,16 @@ const (
 func benchReport(p benchParams, lbd []lbdRoundResult, restore []restoreResult, rss rssResult, mem memFigures, quiesced []time.Duration) string {
 	var b strings.Builder
 	osRelease, _ := os.ReadFile("/proc/sys/kernel/osrelease")
+	clock, _ := os.ReadFile("/sys/devices/system/clocksource/clocksource0/current_clocksource")
 	fmt.Fprintf(&b, "\n%s\n", reportBegin)
 	fmt.Fprintf(&b, "size: %d services × %d real servers = %d destinations, %d VIPs; %d rounds (medians); %s\n",
 		p.services, p.reals, p.services*p.reals, p.services, p.rounds, time.Now().UTC().Format("2006-01-02 15:04 UTC"))
-	fmt.Fprintf(&b, "machine: kernel %s, %d CPUs, memory %d MiB (lowest available during the run: %d MiB)\n",
-		strings.TrimSpace(string(osRelease)), runtime.NumCPU(), mem.TotalKiB/1024, mem.LowestAvailableKiB/1024)
-	b.WriteString("timings under an emulator (QEMU TCG) mean something only as ratios within one run\n\n")
+	vendor, _ := os.ReadFile("/sys/class/dmi/id/sys_vendor")
+	product, _ := os.ReadFile("/sys/class/dmi/id/product_name")
+	fmt.Fprintf(&b, "machine: %s %s, kernel %s, clocksource %s, %d CPUs, memory %d MiB (lowest available during the run: %d MiB)\n",
+		strings.TrimSpace(string(vendor)), strings.TrimSpace(string(product)), strings.TrimSpace(string(osRelease)),
+		strings.TrimSpace(string(clock)), runtime.NumCPU(), mem.TotalKiB/1024, mem.LowestAvailableKiB/1024)
+	b.WriteString("in e2e/run.sh's VM (QEMU TCG, an emulator) timings compare only as ratios within one run\n\n")
 
 	coldWhole := median(collect(lbd, func(r lbdRoundResult) time.Duration { return r.Cold.Whole }))
 	coldAddrs := median(collect(lbd, func(r lbdRoundResult) time.Duration { return r.Cold.Addrs }))

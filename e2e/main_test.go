@@ -14,6 +14,7 @@ import (
 // programs (a backend, a probe, ...) when it was started as one; see
 // topo.RunRoleIfAny. After the tests it checks that they cleaned up.
 func TestMain(m *testing.M) {
+	runBenchRoleIfAny() // the benchmark's roles (bench_role_test.go)
 	topo.RunRoleIfAny()
 	code := m.Run()
 	if err := topo.CheckCleanup(); err != nil {
