@@ -19,6 +19,7 @@ import (
 	"github.com/lbdproject/lbd/dataplane/hostaddrs"
 	"github.com/lbdproject/lbd/dataplane/sysctl"
 	"github.com/lbdproject/lbd/discovery/file"
+	"github.com/lbdproject/lbd/healthcheck"
 	"github.com/lbdproject/lbd/metrics"
 	"github.com/lbdproject/lbd/status"
 )
@@ -92,6 +93,7 @@ func runDaemon(ctx context.Context, log *slog.Logger, path, stateDir string) err
 
 	m := metrics.New()
 	var dp *dataplane.Dataplane
+	var health *healthcheck.Manager
 	updates := src.Updates()
 	for {
 		select {
@@ -117,6 +119,15 @@ func runDaemon(ctx context.Context, log *slog.Logger, path, stateDir string) err
 				})
 				dp = k.newDataplane(cfg, log, ann)
 				dp.OnSync(m.ObserveSync)
+				health = healthcheck.New(healthcheck.Options{
+					Logger:   log,
+					OnChange: func(h map[healthcheck.Key]bool) { dp.SetHealth(healthInput(h)) },
+				})
+				// Health is known before the first sync: seeded from what the
+				// kernel serves, so a restart changes no weight.
+				health.Set(probes(cfg), kernelServed(k.ipvs))
+				dp.SetHealth(healthInput(health.Health()))
+				wg.Go(func() { health.Run(runCtx) })
 				// The box's addresses are known before the first sync, so
 				// it does not remove NodePort-like services to re-add them.
 				if addrs, err := hostaddrs.List(); err == nil {
@@ -124,8 +135,9 @@ func runDaemon(ctx context.Context, log *slog.Logger, path, stateDir string) err
 				}
 				wg.Go(func() { hostaddrs.Follow(runCtx, log, dp.SetHostAddrs) })
 				wg.Go(func() { dp.Loop(runCtx) })
-				wg.Go(func() { serveStatus(runCtx, log, cfg.Status, src, dp, ann, m) })
+				wg.Go(func() { serveStatus(runCtx, log, cfg.Status, src, dp, ann, health, m) })
 			}
+			health.Set(probes(cfg), nil)
 			dp.SetConfig(cfg)
 		case err := <-errc:
 			if err != nil && !errors.Is(err, context.Canceled) {
@@ -139,9 +151,9 @@ func runDaemon(ctx context.Context, log *slog.Logger, path, stateDir string) err
 
 // serveStatus serves the status socket and the metrics until ctx ends; a
 // failure to listen is logged, not fatal: the dataplane matters more.
-func serveStatus(ctx context.Context, log *slog.Logger, cfg config.Status, src *file.Source, dp *dataplane.Dataplane, ann *announce.Announcer, m *metrics.Metrics) {
+func serveStatus(ctx context.Context, log *slog.Logger, cfg config.Status, src *file.Source, dp *dataplane.Dataplane, ann *announce.Announcer, health *healthcheck.Manager, m *metrics.Metrics) {
 	snapshot := func() status.Snapshot {
-		return status.Build(buildVersion(), time.Now(), src.Status(), dp.View(), ann.Status())
+		return status.Build(buildVersion(), time.Now(), src.Status(), dp.View(), ann.Status(), health.ByKey())
 	}
 	go func() {
 		if err := status.Serve(ctx, cfg.Socket, snapshot); err != nil {

@@ -1,0 +1,50 @@
+package main
+
+import (
+	"net/netip"
+
+	"github.com/lbdproject/lbd/config"
+	"github.com/lbdproject/lbd/dataplane/desired"
+	"github.com/lbdproject/lbd/dataplane/ipvs"
+	"github.com/lbdproject/lbd/healthcheck"
+)
+
+// probes lists the checks the configuration asks for: each real server of
+// each service with its (possibly overridden) check.
+func probes(cfg *config.Config) []healthcheck.Probe {
+	var out []healthcheck.Probe
+	for _, s := range cfg.Services {
+		for _, r := range s.RealServers {
+			out = append(out, healthcheck.Probe{Service: s.Name, Addr: r.AddrPort(), Check: r.HealthCheck})
+		}
+	}
+	return out
+}
+
+// healthInput converts check results to the dataplane's input.
+func healthInput(h map[healthcheck.Key]bool) map[desired.HealthKey]bool {
+	out := make(map[desired.HealthKey]bool, len(h))
+	for k, v := range h {
+		out[desired.HealthKey{Service: k.Service, Addr: k.Addr}] = v
+	}
+	return out
+}
+
+// kernelServed returns the real servers the kernel already sends traffic
+// to (weight > 0): they start healthy, so a restart never zeroes weights
+// while checks warm up.
+func kernelServed(k ipvs.Kernel) map[netip.AddrPort]bool {
+	dump, err := k.Dump()
+	if err != nil {
+		return nil
+	}
+	out := map[netip.AddrPort]bool{}
+	for _, s := range dump {
+		for _, d := range s.Dests {
+			if d.Weight > 0 {
+				out[d.Addr] = true
+			}
+		}
+	}
+	return out
+}
