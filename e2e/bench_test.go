@@ -322,6 +322,46 @@ type rssResult struct {
 	PeakKiB, RSSKiB int
 	FirstSync       time.Duration // as lbd logged it
 	FullSync        time.Duration // the periodic no-op full sync, as logged
+	// The packet filter lbd run wrote, at the benchmark's size and again
+	// after the configuration is cut to smallServices: the rules must not
+	// grow with services, the set members do.
+	Rules, Members           int
+	RulesSmall, MembersSmall int
+}
+
+// smallServices is the size the packet filter is compared at.
+const smallServices = 10
+
+// filterSize counts lbd's iptables and ip6tables rules (its chains and the
+// jumps to them) and the members of its ipsets in a namespace.
+func filterSize(t *testing.T, ns *topo.Netns) (rules, members int) {
+	t.Helper()
+	for _, tool := range []string{"iptables-save", "ip6tables-save"} {
+		out, err := ns.Exec(tool)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range strings.Split(out, "\n") {
+			if strings.HasPrefix(l, "-A ") && strings.Contains(l, "LBD-") {
+				rules++
+			}
+		}
+	}
+	out, err := ns.Exec("ipset", "list")
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := ""
+	for _, l := range strings.Split(out, "\n") {
+		if n, ok := strings.CutPrefix(l, "Name: "); ok {
+			name = n
+		}
+		if c, ok := strings.CutPrefix(l, "Number of entries: "); ok && (strings.HasPrefix(name, "LBD-") || strings.HasPrefix(name, "LBD6-")) {
+			n, _ := strconv.Atoi(c)
+			members += n
+		}
+	}
+	return rules, members
 }
 
 var (
@@ -340,7 +380,12 @@ func (b *bench) lbdRunMemory(t *testing.T, lbdBin string) rssResult {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := ns.Command(context.Background(), lbdBin, "run", "-c", b.cfgPath, "--state-dir", state, "--log-level", "debug")
+	// A copy of the configuration: it is edited below.
+	cfgPath := filepath.Join(state, "lbd.toml")
+	if err := os.WriteFile(cfgPath, []byte(benchConfig(b.p)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := ns.Command(context.Background(), lbdBin, "run", "-c", cfgPath, "--state-dir", state, "--log-level", "debug")
 	var log lockedBuffer
 	cmd.Stdout, cmd.Stderr = &log, &log
 	if err := cmd.Start(); err != nil {
@@ -408,6 +453,29 @@ func (b *bench) lbdRunMemory(t *testing.T, lbdBin string) rssResult {
 	if got, want := strings.Count(out, "\n"), b.p.services*(b.p.reals+1); got != want {
 		t.Fatalf("with lbd run, ipvsadm -Sn printed %d lines, want %d", got, want)
 	}
+	res.Rules, res.Members = filterSize(t, ns)
+	// Cut the configuration to smallServices (an admin's edit: the safety
+	// valve lets it through) and count again.
+	small := b.p
+	small.services = smallServices
+	tmp := cfgPath + ".new"
+	if err := os.WriteFile(tmp, []byte(benchConfig(small)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, cfgPath); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(30 * time.Minute); ; {
+		out, err := ns.Exec("ipvsadm", "-Sn")
+		if err == nil && strings.Count(out, "\n") == smallServices*(b.p.reals+1) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("lbd run did not shrink to %d services:\n%s", smallServices, log.String())
+		}
+		time.Sleep(poll.Interval)
+	}
+	res.RulesSmall, res.MembersSmall = filterSize(t, ns)
 	stop()
 	b.dropNetns(t, ns)
 	return res
@@ -665,10 +733,9 @@ func benchReport(p benchParams, lbd []lbdRoundResult, restore []restoreResult, r
 	row("3", "full reconcile / ipvsadm -Sn", fmt.Sprintf("%.2f×", fullRatio), "≤ 1.00×", verdict(fullRatio <= targetFullRatio))
 	row("4", "lbd run: peak RSS (VmHWM)", fmt.Sprintf("%.1f MB", peakMiB), "≤ 150 MB", verdict(peakMiB <= targetPeakRSSMiB))
 	row("4", "lbd run: RSS after a periodic full sync", fmt.Sprintf("%.1f MB", float64(rss.RSSKiB)/1024), "", "")
-	// Filled in when lbd programs ipsets and iptables (a later issue).
-	row("5", "packet filter: ipset members", "—", "", "not yet")
-	row("5", "packet filter: iptables rules", "—", "", "not yet")
-	row("5", "packet filter: sync time", "—", "", "not yet")
+	row("5", fmt.Sprintf("packet filter (lbd run): rules at %d services", p.services), strconv.Itoa(rss.Rules), "", "")
+	row("5", fmt.Sprintf("packet filter (lbd run): rules at %d services", smallServices), strconv.Itoa(rss.RulesSmall), "same", verdict(rss.Rules == rss.RulesSmall))
+	row("5", fmt.Sprintf("packet filter: ipset members at %d / %d services", p.services, smallServices), fmt.Sprintf("%d / %d", rss.Members, rss.MembersSmall), "", "")
 	b.WriteString("(MB = MiB; ratios are of medians, the share in 2 is the median of per-round shares)\n")
 
 	b.WriteString("\nper round (lbd syncs: whole = addresses + IPVS + desired state and reconciler; IPVS includes the ledger file)\n")
