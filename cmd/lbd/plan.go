@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -105,7 +106,7 @@ func writePlan(w io.Writer, cfg *config.Config, st desired.State) error {
 			fam = "inet6"
 		}
 		fmt.Fprintf(w, "create %s %s family %s\n", spec.Name, spec.Type, fam)
-		for _, e := range st.Sets[spec.Name] {
+		for _, e := range slices.SortedFunc(slices.Values(st.Sets[spec.Name]), desired.SetEntry.Compare) {
 			fmt.Fprintf(w, "add %s %s\n", spec.Name, e)
 		}
 	}

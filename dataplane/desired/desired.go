@@ -83,7 +83,8 @@ type State struct {
 	VIPs     []netip.Addr // addresses to bind on the dummy interface, sorted
 	// NodeAddrs are the box's addresses serving NodePort-like services.
 	NodeAddrs []netip.Addr
-	// Sets holds every lbd ipset (all of SetSpecs) with its entries.
+	// Sets holds every lbd ipset (all of SetSpecs) with its entries, in no
+	// particular order.
 	Sets map[string][]SetEntry
 	// Announce lists, per interface, the IPv4 VIPs lbd answers ARP for.
 	Announce map[string][]netip.Addr

@@ -3,6 +3,7 @@ package desired
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 	"strings"
@@ -142,16 +143,16 @@ func (s sets) add(role string, e SetEntry) {
 	s[name][e] = true
 }
 
-func (s sets) sorted() map[string][]SetEntry {
+// list returns every set's entries, in no particular order: appliers
+// compare them as sets, and sorting hundreds of thousands of entries on
+// every sync is wasted (lbd plan sorts what it prints).
+func (s sets) list() map[string][]SetEntry {
 	out := make(map[string][]SetEntry, len(SetSpecs()))
 	for _, spec := range SetSpecs() {
 		out[spec.Name] = nil
 	}
 	for name, m := range s {
-		for e := range m {
-			out[name] = append(out[name], e)
-		}
-		slices.SortFunc(out[name], SetEntry.Compare)
+		out[name] = slices.AppendSeq(make([]SetEntry, 0, len(m)), maps.Keys(m))
 	}
 	return out
 }
@@ -209,7 +210,7 @@ func filterSets(cfg *config.Config, st *State, hostAddrs []netip.Addr) map[strin
 			}
 		}
 	}
-	return s.sorted()
+	return s.list()
 }
 
 // nodeAddrs returns the box's addresses that serve NodePort-like services:

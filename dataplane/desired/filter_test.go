@@ -10,8 +10,9 @@ import (
 )
 
 func entries(st State, set string) string {
+	es := slices.SortedFunc(slices.Values(st.Sets[set]), SetEntry.Compare)
 	var out []string
-	for _, e := range st.Sets[set] {
+	for _, e := range es {
 		out = append(out, e.String())
 	}
 	return strings.Join(out, " ")

@@ -111,6 +111,12 @@ func (a *Applier) Apply(specs []desired.SetSpec, want map[string][]desired.SetEn
 			}
 			have[e] = true
 		}
+		// Every wanted entry is in have now (or failed): only a larger
+		// have holds entries to delete, so most syncs skip the scan.
+		if len(have) <= len(wantSet) {
+			st.Entries += len(have)
+			continue
+		}
 		for _, e := range slices.SortedFunc(maps.Keys(have), desired.SetEntry.Compare) {
 			if wantSet[e] {
 				continue
