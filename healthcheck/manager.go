@@ -56,6 +56,9 @@ type Options struct {
 	OnChange func(map[Key]bool)
 	// NewChecker builds checkers; nil means NewChecker.
 	NewChecker func(config.HealthCheck) (Checker, error)
+	// OnResult, when set, sees every check's outcome (metrics); it must
+	// be cheap and safe for concurrent use.
+	OnResult func(typ config.CheckType, took time.Duration, err error)
 }
 
 // Manager runs the checks.
@@ -234,7 +237,11 @@ func (m *Manager) loop(ctx context.Context, c *check) {
 		if ctx.Err() != nil {
 			return
 		}
-		m.record(c, start, time.Since(start), err)
+		took := time.Since(start)
+		if m.opts.OnResult != nil {
+			m.opts.OnResult(c.hc.Type, took, err)
+		}
+		m.record(c, start, took, err)
 		next = next.Add(interval)
 		if now := time.Now(); !next.After(now) {
 			next = next.Add(interval * (now.Sub(next)/interval + 1))

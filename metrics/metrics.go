@@ -15,7 +15,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/lbdproject/lbd/config"
 	"github.com/lbdproject/lbd/dataplane"
+	"github.com/lbdproject/lbd/healthcheck"
 )
 
 // Metrics holds lbd's registry and its metrics.
@@ -33,6 +35,9 @@ type Metrics struct {
 	draining     prometheus.Gauge
 	configLoads  *prometheus.CounterVec
 	configLast   *prometheus.GaugeVec
+	checkTime    *prometheus.HistogramVec
+	checkFails   *prometheus.CounterVec
+	realUp       *prometheus.GaugeVec
 }
 
 // New returns the metrics in a registry of their own, with the Go runtime
@@ -86,12 +91,26 @@ func New() *Metrics {
 			Name: "lbd_config_last_load_timestamp_seconds",
 			Help: "When the configuration was last loaded (Unix time), by result.",
 		}, []string{"result"}),
+		checkTime: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "lbd_health_check_duration_seconds",
+			Help:    "Time one health check took, by check type.",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 9), // 0.1 ms .. 6.5 s
+		}, []string{"type"}),
+		checkFails: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "lbd_health_check_failures_total",
+			Help: "Health checks that failed, by check type.",
+		}, []string{"type"}),
+		realUp: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "lbd_real_server_healthy",
+			Help: "1 when a real server of a service passes its checks, 0 when it does not.",
+		}, []string{"service", "real_server"}),
 	}
 	m.reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.syncDuration, m.syncLast, m.syncWrites, m.kernelWrites, m.kernelDumps,
 		m.syncErrors, m.syncHeld, m.services, m.draining, m.configLoads, m.configLast,
+		m.checkTime, m.checkFails, m.realUp,
 	)
 	return m
 }
@@ -117,6 +136,26 @@ func (m *Metrics) ObserveSync(r dataplane.SyncResult) {
 	}
 	if r.Held != "" {
 		m.syncHeld.Inc()
+	}
+}
+
+// ObserveCheck records one health check.
+func (m *Metrics) ObserveCheck(typ config.CheckType, took time.Duration, err error) {
+	m.checkTime.WithLabelValues(string(typ)).Observe(took.Seconds())
+	if err != nil {
+		m.checkFails.WithLabelValues(string(typ)).Inc()
+	}
+}
+
+// SetHealth replaces the per-real-server health series.
+func (m *Metrics) SetHealth(h map[healthcheck.Key]bool) {
+	m.realUp.Reset()
+	for k, up := range h {
+		v := 0.0
+		if up {
+			v = 1
+		}
+		m.realUp.WithLabelValues(k.Service, k.Addr.String()).Set(v)
 	}
 }
 

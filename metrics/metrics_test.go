@@ -2,14 +2,17 @@ package metrics
 
 import (
 	"errors"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/lbdproject/lbd/config"
 	"github.com/lbdproject/lbd/dataplane"
 	"github.com/lbdproject/lbd/dataplane/runner"
+	"github.com/lbdproject/lbd/healthcheck"
 )
 
 func TestObserveSync(t *testing.T) {
@@ -39,5 +42,23 @@ lbd_virtual_servers 4
 	}
 	if n := testutil.CollectAndCount(m.syncDuration); n != 2 {
 		t.Errorf("sync duration series: %d; want one per reason seen (2)", n)
+	}
+}
+
+func TestHealthMetrics(t *testing.T) {
+	m := New()
+	m.ObserveCheck(config.CheckHTTP, 3*time.Millisecond, nil)
+	m.ObserveCheck(config.CheckHTTP, time.Second, errors.New("timeout"))
+	m.SetHealth(map[healthcheck.Key]bool{{Service: "web", Addr: netip.MustParseAddrPort("10.0.0.1:80")}: false})
+	err := testutil.GatherAndCompare(m.Registry(), strings.NewReader(`
+# HELP lbd_health_check_failures_total Health checks that failed, by check type.
+# TYPE lbd_health_check_failures_total counter
+lbd_health_check_failures_total{type="http"} 1
+# HELP lbd_real_server_healthy 1 when a real server of a service passes its checks, 0 when it does not.
+# TYPE lbd_real_server_healthy gauge
+lbd_real_server_healthy{real_server="10.0.0.1:80",service="web"} 0
+`), "lbd_health_check_failures_total", "lbd_real_server_healthy")
+	if err != nil {
+		t.Error(err)
 	}
 }

@@ -120,8 +120,12 @@ func runDaemon(ctx context.Context, log *slog.Logger, path, stateDir string) err
 				dp = k.newDataplane(cfg, log, ann)
 				dp.OnSync(m.ObserveSync)
 				health = healthcheck.New(healthcheck.Options{
-					Logger:   log,
-					OnChange: func(h map[healthcheck.Key]bool) { dp.SetHealth(healthInput(h)) },
+					Logger: log,
+					OnChange: func(h map[healthcheck.Key]bool) {
+						m.SetHealth(h)
+						dp.SetHealth(healthInput(h))
+					},
+					OnResult: m.ObserveCheck,
 				})
 				// Health is known before the first sync: seeded from what the
 				// kernel serves, so a restart changes no weight.
