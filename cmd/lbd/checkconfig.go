@@ -20,17 +20,9 @@ and what is accepted. Exit status: 0 valid, 1 invalid, 2 usage error.`,
 		Example: "  lbd check-config\n  lbd check-config /tmp/staging/lbd.toml",
 		Args:    cobra.MaximumNArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
-			path := config.DefaultPath
-			if len(args) == 1 {
-				path = args[0]
-			}
-			cfg, err := config.Load(path)
+			cfg, err := loadArg(args)
 			if err != nil {
-				var list config.ErrorList
-				if errors.As(err, &list) {
-					return &exitError{code: 1, err: fmt.Errorf("configuration is invalid: %w", list)}
-				}
-				return &exitError{code: 1, err: err}
+				return err
 			}
 			reals := 0
 			for _, s := range cfg.Services {
@@ -44,4 +36,22 @@ and what is accepted. Exit status: 0 valid, 1 invalid, 2 usage error.`,
 			return nil
 		},
 	}
+}
+
+// loadArg loads the configuration named by the optional PATH argument (the
+// default path without one); an error exits 1.
+func loadArg(args []string) (*config.Config, error) {
+	path := config.DefaultPath
+	if len(args) == 1 {
+		path = args[0]
+	}
+	cfg, err := config.Load(path)
+	var list config.ErrorList
+	switch {
+	case errors.As(err, &list):
+		return nil, &exitError{code: 1, err: fmt.Errorf("configuration is invalid: %w", list)}
+	case err != nil:
+		return nil, &exitError{code: 1, err: err}
+	}
+	return cfg, nil
 }

@@ -34,13 +34,9 @@ prints what a full sync would write: + adds, ~ changes, - deletes, in
 ipvsadm and ip syntax. It writes nothing.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
-			path := config.DefaultPath
-			if len(args) == 1 {
-				path = args[0]
-			}
-			cfg, err := config.Load(path)
+			cfg, err := loadArg(args)
 			if err != nil {
-				return &exitError{code: 1, err: err}
+				return err
 			}
 			// The box's own addresses decide where NodePort-like services
 			// are served; reading them touches nothing.
