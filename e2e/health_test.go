@@ -85,7 +85,14 @@ real_server = [{ address = "%[6]s" }]
 	waitServes(t, client, topo.HTTP, web)
 
 	t.Run("a dead real server is drained and gets no new connection", func(t *testing.T) {
+		killed := time.Now()
 		backends[0].Stop()
+		// Detection latency, for the note (not asserted): kill -> kernel.
+		for time.Since(killed) < settleLimit && !slices.Contains(ipvsadmSave(t, dir), weight(web, rs(0), 0)) {
+			time.Sleep(20 * time.Millisecond)
+		}
+		t.Logf("detection latency (kill -> weight 0 in IPVS): %v; interval 500ms x fall 2 + min_sync_period 100ms = 1.1s",
+			time.Since(killed).Round(10*time.Millisecond))
 		waitRules("rs1 drained", weight(web, rs(0), 0))
 		if per := probeOK(t, client, topo.HTTP, web, 10).ByServer(); per["rs2"] != 10 {
 			t.Errorf("answers %v; want all from rs2", per)
