@@ -116,14 +116,9 @@ func (k *Kernel) AddDest(key desired.Key, d ipvs.Dest) error {
 func (k *Kernel) UpdateDest(key desired.Key, d ipvs.Dest) error {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	k.Writes++
-	s, err := k.svc(key)
+	s, i, err := k.dest(key, d.Addr)
 	if err != nil {
 		return err
-	}
-	i := slices.IndexFunc(s.Dests, func(o ipvs.Dest) bool { return o.Addr == d.Addr })
-	if i < 0 {
-		return fmt.Errorf("real server %s: %w", d.Addr, syscall.ENOENT)
 	}
 	s.Dests[i].Weight = d.Weight
 	return nil
@@ -132,17 +127,27 @@ func (k *Kernel) UpdateDest(key desired.Key, d ipvs.Dest) error {
 func (k *Kernel) DeleteDest(key desired.Key, addr netip.AddrPort) error {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	k.Writes++
-	s, err := k.svc(key)
+	s, i, err := k.dest(key, addr)
 	if err != nil {
 		return err
 	}
-	i := slices.IndexFunc(s.Dests, func(o ipvs.Dest) bool { return o.Addr == addr })
-	if i < 0 {
-		return fmt.Errorf("real server %s: %w", addr, syscall.ENOENT)
-	}
 	s.Dests = slices.Delete(s.Dests, i, i+1)
 	return nil
+}
+
+// dest counts a write and finds a destination, refusing as the kernel
+// does when it is missing; k.mu is held.
+func (k *Kernel) dest(key desired.Key, addr netip.AddrPort) (*ipvs.Service, int, error) {
+	k.Writes++
+	s, err := k.svc(key)
+	if err != nil {
+		return nil, 0, err
+	}
+	i := slices.IndexFunc(s.Dests, func(o ipvs.Dest) bool { return o.Addr == addr })
+	if i < 0 {
+		return nil, 0, fmt.Errorf("real server %s: %w", addr, syscall.ENOENT)
+	}
+	return s, i, nil
 }
 
 // SetConns sets a destination's connection counts, as traffic would.
