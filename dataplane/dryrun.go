@@ -8,6 +8,8 @@ import (
 	"github.com/lbdproject/lbd/config"
 	"github.com/lbdproject/lbd/dataplane/addrs"
 	"github.com/lbdproject/lbd/dataplane/desired"
+	"github.com/lbdproject/lbd/dataplane/ipset"
+	"github.com/lbdproject/lbd/dataplane/iptables"
 	"github.com/lbdproject/lbd/dataplane/ipvs"
 )
 
@@ -88,16 +90,93 @@ type readOnlyLedger struct{ ipvs.Ledger }
 
 func (readOnlyLedger) SetOwned(map[desired.Key]bool) error { return nil }
 
-// Diff returns what a full sync of st would write, without writing: lines
-// starting with + (add), ~ (change) and - (delete), IPVS first.
-func Diff(cfg *config.Config, st desired.State, ik ipvs.Kernel, ledger ipvs.Ledger, ak addrs.Kernel) ([]string, error) {
-	di := &DryRunIPVS{Kernel: ik}
-	if _, err := ipvs.New(di, readOnlyLedger{ledger}).Apply(st.Services, true); err != nil {
-		return nil, err
+// DryRunSets reads through to the real ipsets and records writes.
+type DryRunSets struct {
+	Kernel ipset.Kernel
+	Ops    []string
+}
+
+var _ ipset.Kernel = (*DryRunSets)(nil)
+
+func (d *DryRunSets) Dump() (map[string]ipset.Set, error) { return d.Kernel.Dump() }
+
+func (d *DryRunSets) Create(s desired.SetSpec) error {
+	d.Ops = append(d.Ops, fmt.Sprintf("+ ipset create %s %s", s.Name, s.Type))
+	return nil
+}
+
+func (d *DryRunSets) Destroy(name string) error {
+	d.Ops = append(d.Ops, "- ipset destroy "+name)
+	return nil
+}
+
+func (d *DryRunSets) Add(set string, e desired.SetEntry) error {
+	d.Ops = append(d.Ops, fmt.Sprintf("+ ipset add %s %s", set, e))
+	return nil
+}
+
+func (d *DryRunSets) Del(set string, e desired.SetEntry) error {
+	d.Ops = append(d.Ops, fmt.Sprintf("- ipset del %s %s", set, e))
+	return nil
+}
+
+// DryRunFilter reads through to iptables-save and records the
+// iptables-restore input a sync would feed, line by line.
+type DryRunFilter struct {
+	Runner iptables.Runner
+	Tool   string // for the record: iptables or ip6tables
+	Ops    []string
+}
+
+func (d *DryRunFilter) Save(table string) (string, error) { return d.Runner.Save(table) }
+
+func (d *DryRunFilter) Restore(input string) error {
+	for _, l := range strings.Split(strings.TrimSpace(input), "\n") {
+		d.Ops = append(d.Ops, fmt.Sprintf("~ %s-restore: %s", d.Tool, l))
 	}
-	da := &DryRunAddrs{Kernel: ak}
+	return nil
+}
+
+// DiffKernels are the kernel subsystems Diff reads; Sets and Filters may
+// be nil.
+type DiffKernels struct {
+	IPVS    ipvs.Kernel
+	Ledger  ipvs.Ledger
+	Addrs   addrs.Kernel
+	Sets    ipset.Kernel
+	Filters map[int]iptables.Runner
+}
+
+// Diff returns what a full sync of st would write, without writing: lines
+// starting with + (add), ~ (change) and - (delete), in sync order.
+func Diff(cfg *config.Config, st desired.State, k DiffKernels) ([]string, error) {
+	var ops []string
+	da := &DryRunAddrs{Kernel: k.Addrs}
 	if _, err := addrs.New(da, cfg.Dataplane.Interface).Apply(st.VIPs, true); err != nil {
 		return nil, err
 	}
-	return append(di.Ops, da.Ops...), nil
+	ops = append(ops, da.Ops...)
+	if k.Sets != nil {
+		ds := &DryRunSets{Kernel: k.Sets}
+		if _, err := ipset.New(ds).Apply(desired.SetSpecs(), st.Sets, true); err != nil {
+			return nil, err
+		}
+		ops = append(ops, ds.Ops...)
+	}
+	for _, fam := range []int{4, 6} {
+		r, ok := k.Filters[fam]
+		if !ok {
+			continue
+		}
+		df := &DryRunFilter{Runner: r, Tool: map[int]string{4: "iptables", 6: "ip6tables"}[fam]}
+		if _, err := iptables.New(df).Apply(desired.Tables(cfg.Dataplane, fam), true); err != nil {
+			return nil, err
+		}
+		ops = append(ops, df.Ops...)
+	}
+	di := &DryRunIPVS{Kernel: k.IPVS}
+	if _, err := ipvs.New(di, readOnlyLedger{k.Ledger}).Apply(st.Services, true); err != nil {
+		return nil, err
+	}
+	return append(ops, di.Ops...), nil
 }

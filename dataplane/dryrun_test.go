@@ -41,19 +41,19 @@ scheduler = "rr"
 	}
 	ka := &fakeaddrs.Kernel{Links: map[string]map[netip.Addr]bool{"lbd0": {netip.MustParseAddr("192.0.2.99"): true}}}
 	before := kv.String()
-	ops, err := dataplane.Diff(cfg, desired.Compute(desired.Input{Config: cfg}), kv, &fakeipvs.Ledger{Keys: map[desired.Key]bool{old: true}}, ka)
+	ops, err := dataplane.Diff(cfg, desired.Compute(desired.Input{Config: cfg}), dataplane.DiffKernels{IPVS: kv, Ledger: &fakeipvs.Ledger{Keys: map[desired.Key]bool{old: true}}, Addrs: ka})
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := []string{
+		"+ ip addr add 192.0.2.10/32 dev lbd0",
+		"+ ip addr add 192.0.2.53/32 dev lbd0",
+		"- ip addr del 192.0.2.99/32 dev lbd0",
 		"~ -e -t 192.0.2.10:80 -r 10.0.0.1:80 -m -w 2",
 		"+ -a -t 192.0.2.10:80 -r 10.0.0.3:80 -m -w 1",
 		"~ -e -t 192.0.2.10:80 -r 10.0.0.2:80 -m -w 0",
 		"+ -A -u 192.0.2.53:53 -s rr",
 		"- -D -t 192.0.2.99:80",
-		"+ ip addr add 192.0.2.10/32 dev lbd0",
-		"+ ip addr add 192.0.2.53/32 dev lbd0",
-		"- ip addr del 192.0.2.99/32 dev lbd0",
 	}
 	if !slices.Equal(ops, want) {
 		t.Errorf("diff:\n%q\nwant:\n%q", ops, want)

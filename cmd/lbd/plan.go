@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"io"
-	"path/filepath"
 	"slices"
 	"strings"
 
@@ -11,10 +10,9 @@ import (
 
 	"github.com/lbdproject/lbd/config"
 	"github.com/lbdproject/lbd/dataplane"
-	"github.com/lbdproject/lbd/dataplane/addrs"
 	"github.com/lbdproject/lbd/dataplane/desired"
 	"github.com/lbdproject/lbd/dataplane/hostaddrs"
-	"github.com/lbdproject/lbd/dataplane/ipvs"
+	"github.com/lbdproject/lbd/dataplane/iptables"
 )
 
 func newPlanCommand() *cobra.Command {
@@ -54,17 +52,16 @@ ipvsadm and ip syntax. It writes nothing.`,
 }
 
 func writeDiff(w io.Writer, cfg *config.Config, st desired.State, stateDir string) error {
-	ik, err := ipvs.OpenKernel()
+	k, err := openKernel(stateDir)
 	if err != nil {
 		return err
 	}
-	defer ik.Close()
-	ak, err := addrs.OpenKernel()
-	if err != nil {
-		return err
+	defer k.Close()
+	filters := map[int]iptables.Runner{}
+	for fam, r := range k.filters {
+		filters[fam] = r
 	}
-	defer ak.Close()
-	ops, err := dataplane.Diff(cfg, st, ik, ipvs.FileLedger{Path: filepath.Join(stateDir, ledgerFile)}, ak)
+	ops, err := dataplane.Diff(cfg, st, dataplane.DiffKernels{IPVS: k.ipvs, Ledger: k.ledger, Addrs: k.addrs, Sets: k.sets, Filters: filters})
 	if err != nil {
 		return err
 	}
@@ -72,7 +69,7 @@ func writeDiff(w io.Writer, cfg *config.Config, st desired.State, stateDir strin
 		fmt.Fprintln(w, "# the kernel already holds this configuration")
 		return nil
 	}
-	fmt.Fprintf(w, "# a sync would make %d changes (real servers leaving are drained at weight 0 first)\n", len(ops))
+	fmt.Fprintf(w, "# a sync would make these changes (real servers leaving are drained at weight 0 first)\n")
 	for _, op := range ops {
 		fmt.Fprintln(w, op)
 	}
