@@ -150,6 +150,20 @@ func decodeConsul(t *node, c *Consul) {
 		}
 		tls.finish()
 	}
+	if vs := t.table("virtual_services"); vs != nil {
+		v := &c.VirtualServices
+		if vs.str("tag", &v.Tag) && v.Tag == "" {
+			vs.errorf("tag", "is empty; expected the Consul tag that marks services defining a virtual service, such as \"lbd\"")
+		}
+		v.VIPPools = vs.prefixes("vip_pools")
+		switch {
+		case v.Tag == "" && !vs.has("tag"):
+			vs.errorf("", "names no tag; expected tag = \"lbd\" (or similar): Consul services with it define virtual services")
+		case len(v.VIPPools) == 0 && !vs.has("vip_pools"):
+			vs.errorf("", "has no vip_pools; expected vip_pools = [\"198.51.100.0/24\"] (or similar): the only networks Consul-defined VIPs may come from")
+		}
+		vs.finish()
+	}
 	t.finish()
 }
 
@@ -266,6 +280,13 @@ func decodeService(n *node) Service {
 	}
 	if t := n.table("consul"); t != nil {
 		s.Consul = decodeConsulService(t)
+		s.Consul.OwnChecks = n.has("health_check")
+	}
+	if t := n.table("consul_register"); t != nil {
+		s.Register = decodeConsulRegister(t, &s)
+		if len(s.VIPs) == 0 && n.has("node_port") {
+			n.errorf("consul_register", "a NodePort-like service without VIPs has no VIP to register; expected vips = [...] or no [service.consul_register]")
+		}
 	}
 	decodeQuorum(n, &s)
 	s.path = n.path
@@ -395,6 +416,16 @@ func decodeConsulService(n *node) *ConsulService {
 	n.boolean("passing_only", &c.PassingOnly)
 	n.finish()
 	return c
+}
+
+func decodeConsulRegister(n *node, s *Service) *ConsulRegister {
+	r := &ConsulRegister{Name: s.Name, Pos: n.pos("")}
+	if n.str("name", &r.Name) && !serviceName.MatchString(r.Name) {
+		n.errorf("name", "%q is not a valid Consul service name; expected 1 to 63 letters, digits, '.', '_' or '-', starting with a letter or digit", r.Name)
+	}
+	n.strings("tags", &r.Tags)
+	n.finish()
+	return r
 }
 
 func decodeQuorum(n *node, s *Service) {

@@ -83,7 +83,7 @@ func Parse(files []string, contents [][]byte) (*Config, error) {
 		validate(&cfg, &errs)
 	}
 	for _, s := range cfg.Services {
-		if s.Consul != nil {
+		if s.Consul != nil || s.Register != nil {
 			cfg.Consul.Enabled = true
 		}
 	}

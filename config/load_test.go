@@ -77,6 +77,18 @@ func TestInvalidConfigs(t *testing.T) {
 			[][2]string{{"lbd.toml:6:1", `service[0].schedular: unknown key (did you mean "scheduler"?); accepted in [service]`}}},
 		{"unknown key in real server", map[string]string{"lbd.toml": svc + "[[service.real_server]]\naddress = \"10.0.0.1\"\nwieght = 2\n"},
 			[][2]string{{"lbd.toml:8:1", `service[0].real_server[0].wieght: unknown key (did you mean "weight"?)`}}},
+		{"consul virtual services without tag", map[string]string{"lbd.toml": "[consul.virtual_services]\nvip_pools = [\"198.51.100.0/24\"]\n"},
+			[][2]string{{"lbd.toml:1:", `consul.virtual_services: names no tag`}}},
+		{"consul virtual services without pools", map[string]string{"lbd.toml": "[consul.virtual_services]\ntag = \"lbd\"\n"},
+			[][2]string{{"lbd.toml:1:", `consul.virtual_services: has no vip_pools`}}},
+		{"consul virtual services bad pool", map[string]string{"lbd.toml": "[consul.virtual_services]\ntag = \"lbd\"\nvip_pools = [\"198.51.100.0/33\"]\n"},
+			[][2]string{{"lbd.toml:3:", `consul.virtual_services.vip_pools[0]`}}},
+		{"consul register bad name", map[string]string{"lbd.toml": svc + "[service.consul_register]\nname = \"bad name\"\n"},
+			[][2]string{{"lbd.toml:7:", `service[0].consul_register.name: "bad name" is not a valid Consul service name`}}},
+		{"consul register unknown key", map[string]string{"lbd.toml": svc + "[service.consul_register]\ntag = [\"a\"]\n"},
+			[][2]string{{"lbd.toml:7:", `service[0].consul_register.tag: unknown key (did you mean "tags"?)`}}},
+		{"consul register NodePort-only", map[string]string{"lbd.toml": "[dataplane]\nnode_cidrs = [\"10.0.0.0/8\"]\n[[service]]\nname = \"n\"\nnode_port = 30080\nreal_server = [{address = \"10.1.0.1\", port = 80}]\n[service.consul_register]\n"},
+			[][2]string{{"lbd.toml:", `has no VIP to register`}}},
 		{"unknown key in health check", map[string]string{"lbd.toml": svc + "[service.health_check]\nintervall = \"1s\"\n"},
 			[][2]string{{"lbd.toml:7:1", `service[0].health_check.intervall: unknown key (did you mean "interval"?)`}}},
 		{"bad duration", map[string]string{"lbd.toml": "[sync]\nsync_period = \"30 seconds\"\n"},
@@ -316,6 +328,26 @@ func TestConsulEnabledByService(t *testing.T) {
 	c := cfg.Services[0].Consul
 	if !cfg.Consul.Enabled || c == nil || c.Service != "web" || c.WeightMeta != "lbd-weight" || !c.PassingOnly {
 		t.Errorf("consul: %+v %+v", cfg.Consul, c)
+	}
+}
+
+func TestConsulRegisterAndVirtualServices(t *testing.T) {
+	path := writeConfig(t, map[string]string{"lbd.toml": "[consul.virtual_services]\ntag = \"lbd\"\nvip_pools = [\"198.51.100.0/24\", \"2001:db8:100::/64\"]\n" +
+		svc + "[service.consul_register]\ntags = [\"vip\"]\n[service.consul]\nservice = \"web\"\n[service.health_check]\ntype = \"tcp\"\n"})
+	cfg, err := Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vs := cfg.Consul.VirtualServices
+	if !cfg.Consul.Enabled || vs.Tag != "lbd" || len(vs.VIPPools) != 2 {
+		t.Errorf("virtual services: %+v", vs)
+	}
+	s := cfg.Services[0]
+	if s.Register == nil || s.Register.Name != "web" || len(s.Register.Tags) != 1 || s.Register.Tags[0] != "vip" {
+		t.Errorf("register: %+v", s.Register)
+	}
+	if !s.Consul.OwnChecks {
+		t.Errorf("a service with a health_check table runs its own checks on Consul instances")
 	}
 }
 

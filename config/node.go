@@ -46,8 +46,8 @@ type node struct {
 }
 
 func (n *node) keyPath(key string) string {
-	if n.path == "" {
-		return key
+	if n.path == "" || key == "" {
+		return n.path + key
 	}
 	if strings.HasPrefix(key, "[") {
 		return n.path + key

@@ -115,6 +115,19 @@ type Consul struct {
 	Datacenter string
 	TokenFile  string
 	TLS        ConsulTLS
+	// VirtualServices turns Consul services into virtual services.
+	VirtualServices ConsulVirtualServices
+}
+
+// ConsulVirtualServices says which Consul services define virtual services
+// and which VIPs they may claim.
+type ConsulVirtualServices struct {
+	// Tag marks the Consul services that define a virtual service in their
+	// lbd-* service meta; empty disables Consul-defined virtual services.
+	Tag string
+	// VIPPools are the only networks a Consul-defined VIP may come from:
+	// Consul registrations are not trusted to claim any address.
+	VIPPools []netip.Prefix
 }
 
 // ConsulTLS configures TLS to the Consul agent.
@@ -211,6 +224,8 @@ type Service struct {
 
 	RealServers []RealServer
 	Consul      *ConsulService // real servers from a Consul service
+	// Register, when set, registers the service's VIPs into Consul.
+	Register *ConsulRegister
 
 	HealthCheck HealthCheck
 	OnUnhealthy OnUnhealthy
@@ -276,7 +291,10 @@ type RealServer struct {
 	// HealthCheck is the service's check with this real server's overrides
 	// applied.
 	HealthCheck HealthCheck
-	Pos         Pos
+	// Down is set when the real server's source reports it unhealthy (a
+	// Consul check in warning or critical); lbd's own check applies on top.
+	Down bool
+	Pos  Pos
 }
 
 // AddrPort returns the real server's address and port.
@@ -291,7 +309,19 @@ type ConsulService struct {
 	WeightMeta    string // service meta key holding the weight
 	DefaultWeight int
 	PassingOnly   bool
-	Pos           Pos
+	// OwnChecks is set when the service has a [service.health_check]
+	// table: lbd then checks Consul's instances too, on top of Consul's
+	// own health. Without it, Consul's health alone decides.
+	OwnChecks bool
+	Pos       Pos
+}
+
+// ConsulRegister registers a service's VIPs into Consul, one Consul
+// service instance per VIP, healthy while the service meets its quorum.
+type ConsulRegister struct {
+	Name string // Consul service name; the lbd service's name by default
+	Tags []string
+	Pos  Pos
 }
 
 // CheckType names a health checker.

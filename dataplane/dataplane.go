@@ -97,10 +97,12 @@ type Dataplane struct {
 	mu         sync.Mutex
 	cfg        *config.Config
 	discovered map[string][]config.RealServer
-	health     map[desired.HealthKey]bool
-	hostAddrs  []netip.Addr
-	last       SyncResult
-	onSync     []func(SyncResult)
+	// discoveredServices are virtual services defined by discovery.
+	discoveredServices []config.Service
+	health             map[desired.HealthKey]bool
+	hostAddrs          []netip.Addr
+	last               SyncResult
+	onSync             []func(SyncResult)
 
 	// kernel holds the destination weights in the kernel as the IPVS
 	// applier last knew them, for status.
@@ -153,6 +155,16 @@ func (d *Dataplane) Loop(ctx context.Context) { d.run.Loop(ctx) }
 func (d *Dataplane) SetConfig(cfg *config.Config) {
 	d.mu.Lock()
 	d.cfg = cfg
+	d.mu.Unlock()
+	d.run.Run()
+}
+
+// SetDiscovered replaces what discovery found: real servers by service
+// name and virtual services. Unlike SetConfig, such a change is not the
+// admin's, so the safety valve applies to it.
+func (d *Dataplane) SetDiscovered(reals map[string][]config.RealServer, services []config.Service) {
+	d.mu.Lock()
+	d.discovered, d.discoveredServices = reals, services
 	d.mu.Unlock()
 	d.run.Run()
 }
@@ -225,7 +237,7 @@ func (d *Dataplane) desired() (desired.State, *config.Config, bool) {
 	if d.cfg == nil {
 		return desired.State{}, nil, false
 	}
-	return desired.Compute(desired.Input{Config: d.cfg, Discovered: d.discovered, Health: d.health, HostAddrs: d.hostAddrs}), d.cfg, true
+	return desired.Compute(desired.Input{Config: d.cfg, Discovered: d.discovered, DiscoveredServices: d.discoveredServices, Health: d.health, HostAddrs: d.hostAddrs}), d.cfg, true
 }
 
 func (d *Dataplane) sync(_ context.Context, why runner.Reason) error {

@@ -138,3 +138,48 @@ real_server = [{ address = "10.0.0.1" }, { address = "10.0.0.2" }, { address = "
 		}
 	})
 }
+
+func TestDiscovered(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		kv := &fakeipvs.Kernel{}
+		cfg := parse(t, `
+[[service]]
+name = "web"
+vips = ["192.0.2.10"]
+port = 80
+real_server = [{ address = "10.0.0.1" }]
+[service.consul]
+service = "web"
+`)
+		dp := dataplane.New(dataplane.Options{IPVS: ipvs.New(kv, &fakeipvs.Ledger{}), Addrs: addrs.New(&fakeaddrs.Kernel{}, "lbd0"), Sync: cfg.Sync})
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		go dp.Loop(ctx)
+		dp.SetConfig(cfg)
+		rs := func(addr string, down bool) config.RealServer {
+			ap := netip.MustParseAddrPort(addr)
+			return config.RealServer{Address: ap.Addr(), Port: ap.Port(), Weight: 2, Down: down, HealthCheck: config.HealthCheck{Type: config.CheckNone}}
+		}
+		api := cfg.Services[0]
+		api.Name, api.VIPs, api.Port, api.RealServers = "api", []netip.Addr{netip.MustParseAddr("192.0.2.20")}, 443, []config.RealServer{rs("10.0.1.1:8443", false)}
+		reals := map[string][]config.RealServer{"web": {rs("10.0.0.2:80", false), rs("10.0.0.3:80", false), rs("10.0.0.4:80", true)}}
+		dp.SetDiscovered(reals, []config.Service{api})
+		synctest.Wait()
+		got := kv.String()
+		for _, want := range []string{"10.0.0.1:80 w=1", "10.0.0.2:80 w=2", "10.0.0.3:80 w=2", "10.0.0.4:80 w=0", "192.0.2.20:443", "10.0.1.1:8443 w=2"} {
+			if !strings.Contains(got, want) {
+				t.Errorf("kernel lacks %q:\n%s", want, got)
+			}
+		}
+		if st, _ := dp.Desired(); st.Services[0].Healthy != 3 || st.Services[1].Healthy != 1 {
+			t.Errorf("healthy counts: web %d, api %d; want 3 (one down) and 1", st.Services[0].Healthy, st.Services[1].Healthy)
+		}
+		// Discovery answering empty is not the admin's edit: held.
+		dp.SetDiscovered(nil, nil)
+		time.Sleep(2 * time.Second)
+		synctest.Wait()
+		if last := dp.Last(); last.Held == "" || kv.String() != got {
+			t.Errorf("discovery emptying the services was applied: %+v\n%s", last, kv)
+		}
+	})
+}

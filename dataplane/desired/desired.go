@@ -60,6 +60,9 @@ type Service struct {
 
 	// Name is the lbd service this virtual server belongs to.
 	Name string
+	// Healthy counts the service's healthy real servers with a weight
+	// (what its quorum is measured against).
+	Healthy int
 	// Source is where the service was configured (formatted only when
 	// shown: Compute runs on every sync).
 	Source config.Pos
@@ -102,6 +105,9 @@ type Input struct {
 	// Discovered holds real servers found by discovery (Consul), by lbd
 	// service name, in addition to the configured ones.
 	Discovered map[string][]config.RealServer
+	// DiscoveredServices are virtual services defined by discovery
+	// (Consul), validated and free of conflicts with Config's services.
+	DiscoveredServices []config.Service
 	// Health holds known health results. A real server without an entry
 	// gets its check's initial state (healthy with type "none").
 	Health map[HealthKey]bool
@@ -114,18 +120,24 @@ type Input struct {
 // Compute returns the desired state for in.
 func Compute(in Input) State {
 	st := State{Announce: map[string][]netip.Addr{}}
+	services := in.Config.Services
+	if len(in.DiscoveredServices) > 0 {
+		services = append(slices.Clip(services), in.DiscoveredServices...)
+	}
 	vips := map[netip.Addr]bool{}
-	for i := range in.Config.Services {
-		for _, vip := range in.Config.Services[i].VIPs {
+	for i := range services {
+		for _, vip := range services[i].VIPs {
 			vips[vip] = true
 		}
 	}
 	st.NodeAddrs = nodeAddrs(in.Config, in.HostAddrs, vips)
-	for i := range in.Config.Services {
-		s := &in.Config.Services[i]
-		dests := destinations(s, in)
+	for i := range services {
+		s := &services[i]
+		dests, healthy := destinations(s, in)
 		for _, vip := range s.VIPs {
-			st.Services = append(st.Services, virtualServer(s, vip, s.Port, dests))
+			vs := virtualServer(s, vip, s.Port, dests)
+			vs.Healthy = healthy
+			st.Services = append(st.Services, vs)
 			if s.Announce == config.AnnounceARP && vip.Is4() {
 				st.Announce[s.AnnounceInterface] = append(st.Announce[s.AnnounceInterface], vip)
 			}
@@ -135,7 +147,9 @@ func Compute(in Input) State {
 		}
 		for _, a := range st.NodeAddrs {
 			if family(a) == s.Family() {
-				st.Services = append(st.Services, virtualServer(s, a, s.NodePort, dests))
+				vs := virtualServer(s, a, s.NodePort, dests)
+				vs.Healthy = healthy
+				st.Services = append(st.Services, vs)
 			}
 		}
 	}
@@ -148,7 +162,7 @@ func Compute(in Input) State {
 		slices.SortFunc(as, netip.Addr.Compare)
 		st.Announce[iface] = slices.Compact(as)
 	}
-	st.Sets = filterSets(in.Config, &st, in.HostAddrs)
+	st.Sets = filterSets(in.Config, services, &st, in.HostAddrs)
 	return st
 }
 
@@ -185,8 +199,8 @@ func virtualServer(s *config.Service, vip netip.Addr, port uint16, dests []Dest)
 }
 
 // destinations applies health, on_unhealthy and the quorum rules to the
-// service's real servers.
-func destinations(s *config.Service, in Input) []Dest {
+// service's real servers; healthy counts the healthy ones with weight.
+func destinations(s *config.Service, in Input) (_ []Dest, healthy int) {
 	// Pointers, not copies: a RealServer carries its whole check, and
 	// this runs for every real server on every sync.
 	discovered := in.Discovered[s.Name]
@@ -198,7 +212,6 @@ func destinations(s *config.Service, in Input) []Dest {
 		reals = append(reals, &discovered[i])
 	}
 	out := make([]Dest, 0, len(reals)+1)
-	healthy := 0
 	up := make([]bool, len(reals))
 	for i, r := range reals {
 		up[i] = isHealthy(s.Name, r, in.Health)
@@ -231,7 +244,7 @@ func destinations(s *config.Service, in Input) []Dest {
 	slices.SortStableFunc(out, func(a, b Dest) int { return a.Addr.Compare(b.Addr) })
 	// A sorry server may also be a real server: keep one entry, the
 	// real server's.
-	return slices.CompactFunc(out, func(a, b Dest) bool { return a.Addr == b.Addr })
+	return slices.CompactFunc(out, func(a, b Dest) bool { return a.Addr == b.Addr }), healthy
 }
 
 func dest(r *config.RealServer, weight int) Dest {
@@ -239,6 +252,9 @@ func dest(r *config.RealServer, weight int) Dest {
 }
 
 func isHealthy(service string, r *config.RealServer, health map[HealthKey]bool) bool {
+	if r.Down {
+		return false
+	}
 	if r.HealthCheck.Type == config.CheckNone {
 		return true
 	}

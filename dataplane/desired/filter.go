@@ -159,7 +159,7 @@ func (s sets) list() map[string][]SetEntry {
 
 // filterSets computes every set's entries for the virtual servers st
 // already holds.
-func filterSets(cfg *config.Config, st *State, hostAddrs []netip.Addr) map[string][]SetEntry {
+func filterSets(cfg *config.Config, services []config.Service, st *State, hostAddrs []netip.Addr) map[string][]SetEntry {
 	s := sets{}
 	for _, p := range cfg.Dataplane.LocalNetworks {
 		s.add(SetLocalNets, SetEntry{Net: p})
@@ -168,8 +168,8 @@ func filterSets(cfg *config.Config, st *State, hostAddrs []netip.Addr) map[strin
 		s.add(SetRSNets, SetEntry{Net: p})
 	}
 	byName := map[string]*config.Service{}
-	for i := range cfg.Services {
-		byName[cfg.Services[i].Name] = &cfg.Services[i]
+	for i := range services {
+		byName[services[i].Name] = &services[i]
 	}
 	isVIP := map[netip.Addr]bool{}
 	for _, v := range st.VIPs {
