@@ -67,6 +67,7 @@ restarts or is upgraded.`,
 		newStatusCommand(),
 		newCleanupCommand(),
 		newVersionCommand(),
+		newManCommand(),
 	)
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return &exitError{code: 2, err: fmt.Errorf("%w\nRun '%s --help' for usage", err, c.CommandPath())}
