@@ -102,6 +102,7 @@ type Dataplane struct {
 	health             map[desired.HealthKey]bool
 	hostAddrs          []netip.Addr
 	last               SyncResult
+	syncStart          time.Time
 	onSync             []func(SyncResult)
 
 	// kernel holds the destination weights in the kernel as the IPVS
@@ -159,14 +160,23 @@ func (d *Dataplane) SetConfig(cfg *config.Config) {
 	d.run.Run()
 }
 
-// SetDiscovered replaces what discovery found: real servers by service
-// name and virtual services. Unlike SetConfig, such a change is not the
-// admin's, so the safety valve applies to it.
-func (d *Dataplane) SetDiscovered(reals map[string][]config.RealServer, services []config.Service) {
+// SetSources replaces the configuration and what discovery found (real
+// servers by service name, virtual services) at once, so no sync sees one
+// without the other. A change of discovery alone (the same cfg) is not the
+// admin's edit: the safety valve applies to it.
+func (d *Dataplane) SetSources(cfg *config.Config, reals map[string][]config.RealServer, services []config.Service) {
 	d.mu.Lock()
-	d.discovered, d.discoveredServices = reals, services
+	d.cfg, d.discovered, d.discoveredServices = cfg, reals, services
 	d.mu.Unlock()
 	d.run.Run()
+}
+
+// SyncingSince returns when the running sync started; ok is false between
+// syncs. The systemd watchdog stops being fed when a sync hangs.
+func (d *Dataplane) SyncingSince() (start time.Time, ok bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.syncStart, !d.syncStart.IsZero()
 }
 
 // SetHealth replaces the health results and asks for a sync.
@@ -242,6 +252,9 @@ func (d *Dataplane) desired() (desired.State, *config.Config, bool) {
 
 func (d *Dataplane) sync(_ context.Context, why runner.Reason) error {
 	res := SyncResult{Reason: why, Start: time.Now()}
+	d.mu.Lock()
+	d.syncStart = res.Start
+	d.mu.Unlock()
 	st, cfg, ok := d.desired()
 	if !ok {
 		// Sources have not all delivered: applying now could delete what a
@@ -339,6 +352,7 @@ func (d *Dataplane) sync(_ context.Context, why runner.Reason) error {
 func (d *Dataplane) finish(res SyncResult) {
 	d.mu.Lock()
 	d.last = res
+	d.syncStart = time.Time{}
 	hooks := d.onSync
 	d.mu.Unlock()
 	switch {

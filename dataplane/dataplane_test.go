@@ -155,7 +155,6 @@ service = "web"
 		ctx, cancel := context.WithCancel(t.Context())
 		defer cancel()
 		go dp.Loop(ctx)
-		dp.SetConfig(cfg)
 		rs := func(addr string, down bool) config.RealServer {
 			ap := netip.MustParseAddrPort(addr)
 			return config.RealServer{Address: ap.Addr(), Port: ap.Port(), Weight: 2, Down: down, HealthCheck: config.HealthCheck{Type: config.CheckNone}}
@@ -163,7 +162,7 @@ service = "web"
 		api := cfg.Services[0]
 		api.Name, api.VIPs, api.Port, api.RealServers = "api", []netip.Addr{netip.MustParseAddr("192.0.2.20")}, 443, []config.RealServer{rs("10.0.1.1:8443", false)}
 		reals := map[string][]config.RealServer{"web": {rs("10.0.0.2:80", false), rs("10.0.0.3:80", false), rs("10.0.0.4:80", true)}}
-		dp.SetDiscovered(reals, []config.Service{api})
+		dp.SetSources(cfg, reals, []config.Service{api})
 		synctest.Wait()
 		got := kv.String()
 		for _, want := range []string{"10.0.0.1:80 w=1", "10.0.0.2:80 w=2", "10.0.0.3:80 w=2", "10.0.0.4:80 w=0", "192.0.2.20:443", "10.0.1.1:8443 w=2"} {
@@ -175,7 +174,7 @@ service = "web"
 			t.Errorf("healthy counts: web %d, api %d; want 3 (one down) and 1", st.Services[0].Healthy, st.Services[1].Healthy)
 		}
 		// Discovery answering empty is not the admin's edit: held.
-		dp.SetDiscovered(nil, nil)
+		dp.SetSources(cfg, nil, nil)
 		time.Sleep(2 * time.Second)
 		synctest.Wait()
 		if last := dp.Last(); last.Held == "" || kv.String() != got {
