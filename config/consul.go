@@ -73,7 +73,7 @@ func ServiceFromConsul(cfg *Config, name string, meta map[string]string) (Servic
 		}
 		m[mk.key] = metaValue(v, mk.kind)
 	}
-	if _, ok := meta["lbd-vip"]; !ok {
+	if _, ok := meta["lbd-vip"]; !ok { // checked here to name the meta key
 		errs = append(errs, &Error{Pos: Pos{File: where}, Key: "meta lbd-vip", Msg: "missing; expected the VIP(s) of the virtual service, such as lbd-vip = \"198.51.100.10\" (comma-separated for several)"})
 	}
 	if _, ok := meta["lbd-port"]; !ok {
@@ -81,7 +81,9 @@ func ServiceFromConsul(cfg *Config, name string, meta map[string]string) (Servic
 	}
 	n := len(errs)
 	s := Service{}
-	if n == 0 {
+	_, hasVIP := meta["lbd-vip"]
+	_, hasPort := meta["lbd-port"]
+	if hasVIP && hasPort { // else the decoder would repeat what is missing
 		s = decodeService(&node{src: src, m: m})
 		for _, e := range errs[n:] {
 			e.Key = metaKeyOf(e.Key)
