@@ -187,3 +187,49 @@ func (m *Metrics) Serve(ctx context.Context, addr string) error {
 	}
 	return nil
 }
+
+// ConsulState is what the metrics show of the Consul source.
+type ConsulState struct {
+	Connected        bool
+	LastContact      time.Time
+	Requests, Errors uint64
+	// Problems counts the registrations lbd refused.
+	Problems int
+}
+
+// WatchConsul serves the Consul source's state, read from state at each
+// scrape.
+func (m *Metrics) WatchConsul(state func() ConsulState) {
+	gauge := func(name, help string, f func(ConsulState) float64) prometheus.Collector {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, func() float64 { return f(state()) })
+	}
+	counter := func(name, help string, f func(ConsulState) float64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 { return f(state()) })
+	}
+	m.reg.MustRegister(
+		gauge("lbd_consul_connected", "1 while Consul answers, 0 while it is unreachable (what came from it stays as last known).",
+			func(s ConsulState) float64 { return boolFloat(s.Connected) }),
+		gauge("lbd_consul_last_contact_timestamp_seconds", "When Consul last answered.",
+			func(s ConsulState) float64 { return unixSeconds(s.LastContact) }),
+		counter("lbd_consul_requests_total", "Requests sent to Consul.",
+			func(s ConsulState) float64 { return float64(s.Requests) }),
+		counter("lbd_consul_request_errors_total", "Requests to Consul that failed.",
+			func(s ConsulState) float64 { return float64(s.Errors) }),
+		gauge("lbd_consul_refused_registrations", "Consul registrations or instances lbd refused (see lbd status).",
+			func(s ConsulState) float64 { return float64(s.Problems) }),
+	)
+}
+
+func boolFloat(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func unixSeconds(t time.Time) float64 {
+	if t.IsZero() {
+		return 0
+	}
+	return float64(t.UnixNano()) / 1e9
+}

@@ -2,6 +2,7 @@ package metrics
 
 import (
 	"errors"
+	"fmt"
 	"net/netip"
 	"strings"
 	"testing"
@@ -59,6 +60,32 @@ lbd_health_check_failures_total{type="http"} 1
 lbd_real_server_healthy{real_server="10.0.0.1:80",service="web"} 0
 `), "lbd_health_check_failures_total", "lbd_real_server_healthy")
 	if err != nil {
+		t.Error(err)
+	}
+}
+
+func TestConsulMetrics(t *testing.T) {
+	m := New()
+	st := ConsulState{Connected: true, LastContact: time.Unix(200, 0), Requests: 10, Errors: 1, Problems: 2}
+	m.WatchConsul(func() ConsulState { return st })
+	want := `
+# HELP lbd_consul_connected 1 while Consul answers, 0 while it is unreachable (what came from it stays as last known).
+# TYPE lbd_consul_connected gauge
+lbd_consul_connected %d
+# HELP lbd_consul_request_errors_total Requests to Consul that failed.
+# TYPE lbd_consul_request_errors_total counter
+lbd_consul_request_errors_total %d
+# HELP lbd_consul_refused_registrations Consul registrations or instances lbd refused (see lbd status).
+# TYPE lbd_consul_refused_registrations gauge
+lbd_consul_refused_registrations 2
+`
+	names := []string{"lbd_consul_connected", "lbd_consul_request_errors_total", "lbd_consul_refused_registrations"}
+	if err := testutil.GatherAndCompare(m.Registry(), strings.NewReader(fmt.Sprintf(want, 1, 1)), names...); err != nil {
+		t.Error(err)
+	}
+	// Read at each scrape: Consul going away shows at once.
+	st.Connected, st.Errors = false, 4
+	if err := testutil.GatherAndCompare(m.Registry(), strings.NewReader(fmt.Sprintf(want, 0, 4)), names...); err != nil {
 		t.Error(err)
 	}
 }

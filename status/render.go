@@ -57,6 +57,7 @@ func WriteText(w io.Writer, s Snapshot) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	writeConsul(&b, s.Time, s.Consul)
 	for _, a := range s.Announce {
 		fmt.Fprintf(&b, "\nARP on %s (%s): %s for %s", a.Interface, a.MAC, a.State, strings.Join(a.VIPs, " "))
 		if a.Error != "" {
@@ -89,4 +90,38 @@ func health(now time.Time, h *Health) string {
 		out += " (" + h.LastError + ")"
 	}
 	return out
+}
+
+func writeConsul(b *strings.Builder, now time.Time, c *Consul) {
+	if c == nil {
+		return
+	}
+	switch {
+	case !c.Connected && c.LastContact.IsZero():
+		fmt.Fprintf(b, "\nconsul: NOT REACHED yet: %s\n", c.Error)
+	case !c.Connected:
+		fmt.Fprintf(b, "\nconsul: UNREACHABLE (last answer %s): %s; what came from Consul stays as last known\n", ago(now, c.LastContact), c.Error)
+	default:
+		fmt.Fprintf(b, "\nconsul: connected (last answer %s), %d services followed, %d tagged, %d requests, %d failed\n", ago(now, c.LastContact), c.Queries, c.Tagged, c.Requests, c.Errors)
+	}
+	if c.Connected && c.Error != "" {
+		fmt.Fprintf(b, "  %s\n", c.Error)
+	}
+	if len(c.Problems) > 0 {
+		fmt.Fprintf(b, "consul registrations refused (%d):\n", len(c.Problems))
+		for _, p := range c.Problems {
+			fmt.Fprintf(b, "  %s\n", p)
+		}
+	}
+	for _, r := range c.Registrations {
+		state := "passing"
+		if !r.Healthy {
+			state = "critical"
+		}
+		fmt.Fprintf(b, "registered in consul: %s %s (%s) %s", r.Name, r.Address, r.ID, state)
+		if r.Error != "" {
+			fmt.Fprintf(b, ": %s", r.Error)
+		}
+		b.WriteString("\n")
+	}
 }

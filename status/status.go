@@ -25,6 +25,34 @@ type Snapshot struct {
 	Sync     Sync       `json:"sync"`
 	Services []Service  `json:"services"`
 	Announce []Announce `json:"announce,omitempty"`
+	Consul   *Consul    `json:"consul,omitempty"`
+}
+
+// Consul is the state of the Consul source, when it is enabled.
+type Consul struct {
+	Connected     bool      `json:"connected"`
+	Synced        bool      `json:"synced"`
+	Error         string    `json:"error,omitempty"`
+	LastContact   time.Time `json:"last_contact,omitzero"`
+	LastError     string    `json:"last_error,omitempty"`
+	LastErrorTime time.Time `json:"last_error_time,omitzero"`
+	Queries       int       `json:"queries"`
+	Tagged        int       `json:"tagged"`
+	Requests      uint64    `json:"requests"`
+	Errors        uint64    `json:"errors"`
+	// Problems lists the registrations lbd refused and why.
+	Problems []string `json:"problems,omitempty"`
+	// Registrations are lbd's own VIPs registered into Consul.
+	Registrations []Registration `json:"registrations,omitempty"`
+}
+
+// Registration is one VIP lbd registers into Consul.
+type Registration struct {
+	ID      string `json:"id"`
+	Name    string `json:"name"`
+	Address string `json:"address"`
+	Healthy bool   `json:"healthy"`
+	Error   string `json:"error,omitempty"`
 }
 
 // Announce is one interface lbd answers ARP on.

@@ -91,3 +91,38 @@ func TestServeAndFetch(t *testing.T) {
 		t.Errorf("Serve: %v", err)
 	}
 }
+
+func TestWriteTextConsul(t *testing.T) {
+	now := time.Unix(1010, 0)
+	tests := []struct {
+		name   string
+		consul Consul
+		want   string
+	}{
+		{"connected with a refused registration and a VIP registered", Consul{
+			Connected: true, Synced: true, LastContact: time.Unix(1008, 0), Queries: 3, Tagged: 1, Requests: 40, Errors: 2,
+			Problems:      []string{`consul service "api": meta lbd-port: missing`},
+			Registrations: []Registration{{ID: "lbd-web-192.0.2.10", Name: "web", Address: "192.0.2.10:80", Healthy: true}},
+		}, `
+consul: connected (last answer 2s ago), 3 services followed, 1 tagged, 40 requests, 2 failed
+consul registrations refused (1):
+  consul service "api": meta lbd-port: missing
+registered in consul: web 192.0.2.10:80 (lbd-web-192.0.2.10) passing
+`},
+		{"unreachable", Consul{LastContact: time.Unix(950, 0), Error: "connection refused"}, `
+consul: UNREACHABLE (last answer 1m0s ago): connection refused; what came from Consul stays as last known
+`},
+		{"never reached", Consul{Error: "connection refused"}, `
+consul: NOT REACHED yet: connection refused
+`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var b strings.Builder
+			writeConsul(&b, now, &tt.consul)
+			if b.String() != tt.want {
+				t.Errorf("got:\n%s\nwant:\n%s", b.String(), tt.want)
+			}
+		})
+	}
+}

@@ -45,18 +45,16 @@ func Queries(cfg *config.Config) []consul.Query {
 	var qs []consul.Query
 	for i := range cfg.Services {
 		if c := cfg.Services[i].Consul; c != nil {
-			qs = append(qs, query(cfg, c))
+			qs = append(qs, query(c))
 		}
 	}
 	return qs
 }
 
-func query(cfg *config.Config, c *config.ConsulService) consul.Query {
-	dc := c.Datacenter
-	if dc == "" {
-		dc = cfg.Consul.Datacenter
-	}
-	return consul.Query{Service: c.Service, Tags: c.Tags, Datacenter: dc}
+// query leaves the datacenter empty unless the service names one: the
+// client's default ([consul] datacenter, else the agent's) then applies.
+func query(c *config.ConsulService) consul.Query {
+	return consul.Query{Service: c.Service, Tags: c.Tags, Datacenter: c.Datacenter}
 }
 
 // Merge computes the discovered input from cfg and Consul's snapshot.
@@ -67,7 +65,7 @@ func Merge(cfg *config.Config, snap consul.Snapshot) Result {
 		if s.Consul == nil {
 			continue
 		}
-		insts, ok := snap.Services[query(cfg, s.Consul).Key()]
+		insts, ok := snap.Services[query(s.Consul).Key()]
 		if !ok {
 			continue
 		}

@@ -76,7 +76,7 @@ func problems(ps []Problem) string {
 }
 
 func TestQueries(t *testing.T) {
-	cfg := load(t, "[consul]\ndatacenter = \"dc2\"\n"+base)
+	cfg := load(t, strings.Replace(base, `tags = ["prod"]`, `tags = ["prod"]`+"\ndatacenter = \"dc2\"", 1))
 	qs := Queries(cfg)
 	if len(qs) != 2 || qs[0].Service != "web-app" || qs[0].Tags[0] != "prod" || qs[0].Datacenter != "dc2" || qs[0].PassingOnly || qs[1].Service != "dns" {
 		t.Errorf("queries %+v; want web-app (prod, dc2, every health state) and dns", qs)
