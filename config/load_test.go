@@ -357,3 +357,22 @@ func TestMissingMainFile(t *testing.T) {
 		t.Fatalf("err = %v; want a not-exist error", err)
 	}
 }
+
+func TestServiceSame(t *testing.T) {
+	a := writeConfig(t, map[string]string{"lbd.toml": svc + "real_server = [{ address = \"10.0.0.1\" }]\n"})
+	moved := writeConfig(t, map[string]string{"lbd.toml": "\n\n# moved down\n" + svc + "real_server = [{ address = \"10.0.0.1\" }]\n"})
+	changed := writeConfig(t, map[string]string{"lbd.toml": svc + "real_server = [{ address = \"10.0.0.1\", weight = 2 }]\n"})
+	load := func(p string) *Service {
+		cfg, err := Load(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &cfg.Services[0]
+	}
+	if !load(a).Same(load(moved)) {
+		t.Errorf("a service that only moved in its file is not the same")
+	}
+	if load(a).Same(load(changed)) {
+		t.Errorf("a real server's weight change went unnoticed")
+	}
+}

@@ -6,6 +6,8 @@ package config
 import (
 	"fmt"
 	"net/netip"
+	"reflect"
+	"slices"
 	"time"
 )
 
@@ -382,3 +384,30 @@ type StatusRange struct{ Min, Max int }
 
 // Contains reports whether code is in the range.
 func (r StatusRange) Contains(code int) bool { return code >= r.Min && code <= r.Max }
+
+// Same reports whether two services are configured alike, whatever their
+// place in the files: what a reload changed is what is not Same.
+func (s *Service) Same(o *Service) bool {
+	a, b := s.withoutProvenance(), o.withoutProvenance()
+	return reflect.DeepEqual(a, b)
+}
+
+func (s *Service) withoutProvenance() Service {
+	c := *s
+	c.Pos, c.path, c.keyPos = Pos{}, "", nil
+	c.RealServers = slices.Clone(s.RealServers)
+	for i := range c.RealServers {
+		c.RealServers[i].Pos = Pos{}
+	}
+	if s.Consul != nil {
+		cs := *s.Consul
+		cs.Pos = Pos{}
+		c.Consul = &cs
+	}
+	if s.Register != nil {
+		r := *s.Register
+		r.Pos = Pos{}
+		c.Register = &r
+	}
+	return c
+}

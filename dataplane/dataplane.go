@@ -79,6 +79,10 @@ type SyncResult struct {
 	// Held says why the new desired state was held back by the safety
 	// valve; the last applied state was kept (and repaired) instead.
 	Held string
+	// Programming is the network-programming latency: from the first input
+	// change the sync took up to the end of its kernel writes; 0 when the
+	// sync wrote nothing for a change (or failed).
+	Programming time.Duration
 }
 
 // Dataplane owns the sync loop. Create it with New, feed it with the Set
@@ -103,6 +107,7 @@ type Dataplane struct {
 	hostAddrs          []netip.Addr
 	last               SyncResult
 	syncStart          time.Time
+	changedAt          time.Time // first input change not synced yet
 	onSync             []func(SyncResult)
 
 	// kernel holds the destination weights in the kernel as the IPVS
@@ -156,6 +161,7 @@ func (d *Dataplane) Loop(ctx context.Context) { d.run.Loop(ctx) }
 func (d *Dataplane) SetConfig(cfg *config.Config) {
 	d.mu.Lock()
 	d.cfg = cfg
+	d.changed()
 	d.mu.Unlock()
 	d.run.Run()
 }
@@ -167,8 +173,17 @@ func (d *Dataplane) SetConfig(cfg *config.Config) {
 func (d *Dataplane) SetSources(cfg *config.Config, reals map[string][]config.RealServer, services []config.Service) {
 	d.mu.Lock()
 	d.cfg, d.discovered, d.discoveredServices = cfg, reals, services
+	d.changed()
 	d.mu.Unlock()
 	d.run.Run()
+}
+
+// changed notes when the first input change not yet synced arrived, for
+// the network-programming latency. Call with d.mu held.
+func (d *Dataplane) changed() {
+	if d.changedAt.IsZero() {
+		d.changedAt = time.Now()
+	}
 }
 
 // SyncingSince returns when the running sync started; ok is false between
@@ -183,6 +198,7 @@ func (d *Dataplane) SyncingSince() (start time.Time, ok bool) {
 func (d *Dataplane) SetHealth(h map[desired.HealthKey]bool) {
 	d.mu.Lock()
 	d.health = h
+	d.changed()
 	d.mu.Unlock()
 	d.run.Run()
 }
@@ -191,6 +207,7 @@ func (d *Dataplane) SetHealth(h map[desired.HealthKey]bool) {
 func (d *Dataplane) SetHostAddrs(addrs []netip.Addr) {
 	d.mu.Lock()
 	d.hostAddrs = addrs
+	d.changed()
 	d.mu.Unlock()
 	d.run.Run()
 }
@@ -254,6 +271,8 @@ func (d *Dataplane) sync(_ context.Context, why runner.Reason) error {
 	res := SyncResult{Reason: why, Start: time.Now()}
 	d.mu.Lock()
 	d.syncStart = res.Start
+	changedAt := d.changedAt
+	d.changedAt = time.Time{}
 	d.mu.Unlock()
 	st, cfg, ok := d.desired()
 	if !ok {
@@ -345,6 +364,17 @@ func (d *Dataplane) sync(_ context.Context, why runner.Reason) error {
 		d.applied, d.appliedCfg = &st, cfg
 	}
 	res.Duration = time.Since(res.Start)
+	switch {
+	case res.Err == nil && res.Writes > 0 && !changedAt.IsZero():
+		res.Programming = time.Since(changedAt)
+	case res.Err != nil && !changedAt.IsZero():
+		// The retry still owes the change: keep when it arrived.
+		d.mu.Lock()
+		if d.changedAt.IsZero() || changedAt.Before(d.changedAt) {
+			d.changedAt = changedAt
+		}
+		d.mu.Unlock()
+	}
 	d.finish(res)
 	return res.Err
 }

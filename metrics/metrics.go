@@ -7,8 +7,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"net/http"
+	"os"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -38,6 +42,9 @@ type Metrics struct {
 	checkTime    *prometheus.HistogramVec
 	checkFails   *prometheus.CounterVec
 	realUp       *prometheus.GaugeVec
+	programming  prometheus.Histogram
+	filterRules  prometheus.Gauge
+	setEntries   prometheus.Gauge
 }
 
 // New returns the metrics in a registry of their own, with the Go runtime
@@ -100,6 +107,19 @@ func New() *Metrics {
 			Name: "lbd_health_check_failures_total",
 			Help: "Health checks that failed, by check type.",
 		}, []string{"type"}),
+		programming: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "lbd_network_programming_latency_seconds",
+			Help:    "From an input change (configuration, Consul, health, host addresses) to the kernel written by the sync that took it.",
+			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+		}),
+		filterRules: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "lbd_iptables_rules",
+			Help: "iptables rules lbd owns (both families); a fixed set that does not grow with services.",
+		}),
+		setEntries: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "lbd_ipset_entries",
+			Help: "Entries in lbd's ipsets (both families).",
+		}),
 		realUp: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "lbd_real_server_healthy",
 			Help: "1 when a real server of a service passes its checks, 0 when it does not.",
@@ -110,7 +130,11 @@ func New() *Metrics {
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.syncDuration, m.syncLast, m.syncWrites, m.kernelWrites, m.kernelDumps,
 		m.syncErrors, m.syncHeld, m.services, m.draining, m.configLoads, m.configLast,
-		m.checkTime, m.checkFails, m.realUp,
+		m.checkTime, m.checkFails, m.realUp, m.programming, m.filterRules, m.setEntries,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "lbd_conntrack_entries", Help: "Connections the kernel tracks (nf_conntrack_count)."},
+			func() float64 { return readProcNumber(procSys + "net/netfilter/nf_conntrack_count") }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "lbd_conntrack_entries_max", Help: "Size of the conntrack table (nf_conntrack_max)."},
+			func() float64 { return readProcNumber(procSys + "net/netfilter/nf_conntrack_max") }),
 	)
 	return m
 }
@@ -130,6 +154,13 @@ func (m *Metrics) ObserveSync(r dataplane.SyncResult) {
 	m.kernelWrites.Add(float64(r.Writes))
 	m.kernelDumps.Add(float64(r.Dumps))
 	m.services.Set(float64(r.Services))
+	if r.Programming > 0 {
+		m.programming.Observe(r.Programming.Seconds())
+	}
+	if r.Err == nil {
+		m.filterRules.Set(float64(r.FilterRules))
+		m.setEntries.Set(float64(r.SetEntries))
+	}
 	m.draining.Set(float64(r.Draining))
 	if r.Err != nil {
 		m.syncErrors.Inc()
@@ -232,4 +263,20 @@ func unixSeconds(t time.Time) float64 {
 		return 0
 	}
 	return float64(t.UnixNano()) / 1e9
+}
+
+const procSys = "/proc/sys/"
+
+// readProcNumber reads a number from a /proc file; NaN when it cannot
+// (conntrack not loaded), which Prometheus shows as such.
+func readProcNumber(path string) float64 {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return math.NaN()
+	}
+	v, err := strconv.ParseFloat(strings.TrimSpace(string(b)), 64)
+	if err != nil {
+		return math.NaN()
+	}
+	return v
 }

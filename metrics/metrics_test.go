@@ -18,7 +18,8 @@ import (
 
 func TestObserveSync(t *testing.T) {
 	m := New()
-	m.ObserveSync(dataplane.SyncResult{Reason: runner.Requested, Start: time.Unix(100, 0), Duration: 2 * time.Millisecond, Writes: 3, Dumps: 0, Services: 4})
+	m.ObserveSync(dataplane.SyncResult{Reason: runner.Requested, Start: time.Unix(100, 0), Duration: 2 * time.Millisecond, Writes: 3, Dumps: 0, Services: 4,
+		Programming: 30 * time.Millisecond, FilterRules: 46, SetEntries: 12})
 	m.ObserveSync(dataplane.SyncResult{Reason: runner.Periodic, Start: time.Unix(130, 0), Duration: 40 * time.Millisecond, Writes: 0, Dumps: 3, Services: 4, Err: errors.New("x")})
 	m.ObserveSync(dataplane.SyncResult{Waiting: true})
 	err := testutil.GatherAndCompare(m.Registry(), strings.NewReader(`
@@ -40,6 +41,29 @@ lbd_virtual_servers 4
 `), "lbd_kernel_writes_total", "lbd_kernel_dumps_total", "lbd_sync_errors_total", "lbd_sync_last_timestamp_seconds", "lbd_virtual_servers")
 	if err != nil {
 		t.Error(err)
+	}
+	err = testutil.GatherAndCompare(m.Registry(), strings.NewReader(`
+# HELP lbd_iptables_rules iptables rules lbd owns (both families); a fixed set that does not grow with services.
+# TYPE lbd_iptables_rules gauge
+lbd_iptables_rules 46
+# HELP lbd_ipset_entries Entries in lbd's ipsets (both families).
+# TYPE lbd_ipset_entries gauge
+lbd_ipset_entries 12
+`), "lbd_iptables_rules", "lbd_ipset_entries")
+	if err != nil {
+		t.Error(err)
+	}
+	mfs, err := m.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "lbd_network_programming_latency_seconds" {
+			h := mf.GetMetric()[0].GetHistogram()
+			if h.GetSampleCount() != 1 || h.GetSampleSum() != 0.03 {
+				t.Errorf("programming latency: %d samples, sum %v; want the one sync that wrote (30ms)", h.GetSampleCount(), h.GetSampleSum())
+			}
+		}
 	}
 	if n := testutil.CollectAndCount(m.syncDuration); n != 2 {
 		t.Errorf("sync duration series: %d; want one per reason seen (2)", n)

@@ -63,6 +63,7 @@ type Service struct {
 	// Healthy counts the service's healthy real servers with a weight
 	// (what its quorum is measured against).
 	Healthy int
+	Quorum  int
 	// Source is where the service was configured (formatted only when
 	// shown: Compute runs on every sync).
 	Source config.Pos
@@ -180,6 +181,7 @@ func virtualServer(s *config.Service, vip netip.Addr, port uint16, dests []Dest)
 		Dests:        dests,
 		DrainTimeout: s.DrainTimeout,
 		Name:         s.Name,
+		Quorum:       s.Quorum,
 		Source:       s.Pos,
 	}
 	for _, f := range s.SchedulerFlags {
