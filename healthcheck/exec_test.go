@@ -40,7 +40,13 @@ func execTestDirs(t testing.TB) (scripts, out string) {
 func execTestScript(t testing.TB, dir, name, body string) string {
 	t.Helper()
 	p := filepath.Join(dir, name)
-	if err := os.WriteFile(p, []byte("#!/bin/sh\n"+body+"\n"), 0o755); err != nil {
+	// A child forked while the file is open for writing would inherit the
+	// descriptor until its exec, and exec of the script would then fail
+	// with "text file busy": hold off forks while writing (golang/go#22315).
+	syscall.ForkLock.RLock()
+	err := os.WriteFile(p, []byte("#!/bin/sh\n"+body+"\n"), 0o755)
+	syscall.ForkLock.RUnlock()
+	if err != nil {
 		t.Fatal(err)
 	}
 	return p
