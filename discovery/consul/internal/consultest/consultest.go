@@ -1,0 +1,323 @@
+// Package consultest runs real Consul agents for tests: `consul agent -dev`
+// on 127.0.0.1 with free ports and its own data directory, stopped when the
+// test ends. The binary comes from $LBD_CONSUL, or else from the repository's
+// scripts/consul.sh, which builds and caches it the first time. A missing
+// binary fails the test: Consul tests are never skipped.
+package consultest
+
+import (
+	"bytes"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+)
+
+// startTimeout bounds how long an agent may take to elect itself leader and
+// answer; a -dev agent takes about two seconds.
+const startTimeout = 60 * time.Second
+
+// Options configure an agent.
+type Options struct {
+	// ACL enables ACLs with default policy deny. Agent.Token is then the
+	// initial management token, also used as the agent's own token.
+	ACL bool
+	// HCL is more agent configuration, such as
+	// `limits { http_max_conns_per_client = 20 }`.
+	HCL string
+}
+
+// Agent is a running (or stopped) Consul agent.
+type Agent struct {
+	// Token is the management token of an ACL-enabled agent, else "".
+	Token string
+
+	t    testing.TB
+	bin  string
+	dir  string
+	http int
+
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+	done chan struct{} // closed when cmd exited
+	out  *syncBuffer
+}
+
+// Binary returns the path of the Consul binary tests use: $LBD_CONSUL, or
+// what the repository's scripts/consul.sh prints (it may build Consul, about
+// five minutes the first time).
+func Binary(t testing.TB) string {
+	t.Helper()
+	if p := os.Getenv("LBD_CONSUL"); p != "" {
+		if fi, err := os.Stat(p); err != nil || fi.IsDir() || fi.Mode()&0o111 == 0 {
+			t.Fatalf("LBD_CONSUL=%s is not an executable file (err %v)", p, err)
+		}
+		return p
+	}
+	root, err := repoRoot()
+	if err != nil {
+		t.Fatalf("finding the repository for scripts/consul.sh: %v; set LBD_CONSUL to a Consul binary", err)
+	}
+	var stdout, stderr bytes.Buffer
+	cmd := exec.Command("bash", filepath.Join(root, "scripts", "consul.sh"))
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("no Consul binary for the tests: scripts/consul.sh failed: %v\n%s\nSet LBD_CONSUL to a Consul binary to use one.", err, stderr.String())
+	}
+	p := strings.TrimSpace(stdout.String())
+	if p == "" {
+		t.Fatalf("no Consul binary for the tests: scripts/consul.sh printed no path\n%s", stderr.String())
+	}
+	return p
+}
+
+// repoRoot walks up from the working directory to the directory holding
+// go.mod.
+func repoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("no go.mod above the working directory")
+		}
+		dir = parent
+	}
+}
+
+// Start starts an agent and waits until it is leader and answers. The
+// agent is stopped when the test ends.
+func Start(t testing.TB, opts Options) *Agent {
+	t.Helper()
+	a := &Agent{t: t, bin: Binary(t), dir: t.TempDir()}
+	if opts.ACL {
+		a.Token = uuid(t)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("consul agent output (tail):\n%s", a.outputTail())
+		}
+		a.Stop()
+	})
+	// Free ports can be taken between choosing and binding them: try a
+	// few sets.
+	var err error
+	for range 3 {
+		if err = a.configure(opts); err != nil {
+			break
+		}
+		if err = a.start(); err == nil {
+			return a
+		}
+		a.Stop()
+	}
+	t.Fatalf("starting consul agent: %v\n%s", err, a.outputTail())
+	return nil
+}
+
+// configure chooses ports and writes the agent's configuration.
+func (a *Agent) configure(opts Options) error {
+	ports, err := freePorts(4)
+	if err != nil {
+		return err
+	}
+	a.http = ports[0]
+	var b strings.Builder
+	fmt.Fprintf(&b, "ports {\n  http = %d\n  dns = -1\n  serf_lan = %d\n  serf_wan = %d\n  server = %d\n  grpc = -1\n  grpc_tls = -1\n}\n",
+		ports[0], ports[1], ports[2], ports[3])
+	if opts.ACL {
+		fmt.Fprintf(&b, "acl {\n  enabled = true\n  default_policy = \"deny\"\n  tokens {\n    initial_management = %q\n    agent = %q\n  }\n}\n", a.Token, a.Token)
+	}
+	b.WriteString(opts.HCL)
+	b.WriteString("\n")
+	return os.WriteFile(filepath.Join(a.dir, "agent.hcl"), []byte(b.String()), 0o600)
+}
+
+// start runs the agent with the configuration written and waits for it.
+func (a *Agent) start() error {
+	cmd := exec.Command(a.bin, "agent", "-dev",
+		"-bind", "127.0.0.1", "-client", "127.0.0.1",
+		"-data-dir", filepath.Join(a.dir, "data"),
+		"-config-file", filepath.Join(a.dir, "agent.hcl"),
+		"-log-level", "info")
+	out := &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("running %s: %w", a.bin, err)
+	}
+	done := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		close(done)
+	}()
+	a.mu.Lock()
+	a.cmd, a.done, a.out = cmd, done, out
+	a.mu.Unlock()
+	return a.waitReady(done)
+}
+
+// waitReady waits until the agent has a leader, its node is in the catalog
+// and, with ACLs, the management token works.
+func (a *Agent) waitReady(done <-chan struct{}) error {
+	c := a.Client(a.Token)
+	deadline := time.Now().Add(startTimeout)
+	var last error
+	for time.Now().Before(deadline) {
+		select {
+		case <-done:
+			return errors.New("consul agent exited")
+		default:
+		}
+		last = func() error {
+			leader, err := c.Status().Leader()
+			if err != nil {
+				return err
+			}
+			if leader == "" {
+				return errors.New("no leader yet")
+			}
+			nodes, _, err := c.Catalog().Nodes(nil)
+			if err != nil {
+				return err
+			}
+			if len(nodes) == 0 {
+				return errors.New("agent's node not in the catalog yet")
+			}
+			return nil
+		}()
+		if last == nil {
+			return nil
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return fmt.Errorf("consul agent not ready after %v: %v", startTimeout, last)
+}
+
+// Addr is the agent's HTTP address, host:port.
+func (a *Agent) Addr() string { return fmt.Sprintf("127.0.0.1:%d", a.http) }
+
+// Client returns a plain consul/api client of the agent for the test's own
+// requests, with token ("" for none). Its connections are not pooled, so
+// they do not count against the agent's per-client limit between requests.
+func (a *Agent) Client(token string) *api.Client {
+	cfg := api.DefaultNonPooledConfig()
+	cfg.Address = a.Addr()
+	cfg.Token = token
+	c, err := api.NewClient(cfg)
+	if err != nil {
+		a.t.Fatalf("consul client: %v", err)
+	}
+	return c
+}
+
+// Stop stops the agent (SIGTERM, then SIGKILL after 10 s) and waits for it.
+// Stopping a stopped agent does nothing.
+func (a *Agent) Stop() {
+	a.mu.Lock()
+	cmd, done := a.cmd, a.done
+	a.cmd = nil
+	a.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		_ = cmd.Process.Kill()
+		<-done
+	}
+}
+
+// Restart stops the agent and starts it again on the same ports. A -dev
+// agent keeps nothing: the catalog starts empty again, as do its indexes.
+func (a *Agent) Restart() {
+	a.t.Helper()
+	a.Stop()
+	if err := a.start(); err != nil {
+		a.t.Fatalf("restarting consul agent: %v\n%s", err, a.outputTail())
+	}
+}
+
+func (a *Agent) outputTail() string {
+	a.mu.Lock()
+	out := a.out
+	a.mu.Unlock()
+	if out == nil {
+		return ""
+	}
+	s := out.String()
+	if len(s) > 8000 {
+		s = "..." + s[len(s)-8000:]
+	}
+	return s
+}
+
+// freePorts returns n distinct ports free for both TCP and UDP on
+// 127.0.0.1 (Serf uses both).
+func freePorts(n int) ([]int, error) {
+	var ports []int
+	var closers []func() error
+	defer func() {
+		for _, c := range closers {
+			_ = c()
+		}
+	}()
+	for len(ports) < n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("choosing a port: %w", err)
+		}
+		closers = append(closers, l.Close)
+		p := l.Addr().(*net.TCPAddr).Port
+		u, err := net.ListenPacket("udp", fmt.Sprintf("127.0.0.1:%d", p))
+		if err != nil {
+			continue // taken for UDP: try another
+		}
+		closers = append(closers, u.Close)
+		ports = append(ports, p)
+	}
+	return ports, nil
+}
+
+func uuid(t testing.TB) string {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		t.Fatalf("random token: %v", err)
+	}
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:])
+}
+
+// syncBuffer is a bytes.Buffer safe for the agent's output goroutines and
+// the test's reads.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}

@@ -1,0 +1,536 @@
+package consul
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/time/rate"
+
+	"github.com/lbdproject/lbd/discovery/consul/internal/backoff"
+)
+
+// burst is how many requests a long-poll loop, or refreshes, may make back
+// to back before MinInterval applies.
+const burst = 3
+
+// dcState is one followed datacenter: its two change triggers.
+type dcState struct {
+	name   string
+	cancel context.CancelFunc
+	polls  [numPollKinds]pollState
+	// checks digests the latest /v1/health/state/any answer, to tell
+	// which services a change concerns.
+	checks map[checkRef]checkDigest
+}
+
+type pollState struct {
+	index   uint64
+	err     error
+	outcome bool // answered or failed at least once
+}
+
+// ready reports whether both triggers have had a first outcome. Reads of
+// a new datacenter wait for it: each trigger's first answer asks for a
+// full read, and waiting for both makes that one read instead of two.
+func (d *dcState) ready() bool {
+	for _, p := range d.polls {
+		if !p.outcome {
+			return false
+		}
+	}
+	return true
+}
+
+// maxIndex is the highest trigger index received: a read sent after it
+// includes every change up to it.
+func (d *dcState) maxIndex() uint64 {
+	var m uint64
+	for _, p := range d.polls {
+		m = max(m, p.index)
+	}
+	return m
+}
+
+// fetchState is what is known of one /v1/health/service read.
+type fetchState struct {
+	instances []Instance // all health states, sorted
+	known     bool       // instances hold a usable answer
+	answered  bool       // Consul answered at least once, maybe unusably
+	err       error      // the latest read failed
+	problem   string     // the latest answer was not usable as is
+	// seen is the trigger index the latest read is known to include:
+	// changes at or below it need no new read.
+	seen uint64
+}
+
+// onNodes reports whether any known instance is on one of nodes.
+func (fs *fetchState) onNodes(nodes map[string]bool) bool {
+	if len(nodes) == 0 {
+		return false
+	}
+	for _, in := range fs.instances {
+		if nodes[in.Node] {
+			return true
+		}
+	}
+	return false
+}
+
+// connState is the connectivity last logged.
+type connState int
+
+const (
+	connUnknown connState = iota
+	connUp
+	connDown
+)
+
+// loop is the state of one Run. Only Run's goroutine touches it; pollers
+// and refreshes report through channels.
+type loop struct {
+	*Watcher
+
+	queries map[string]Query // in force, by Key
+	fetches map[fetchKey]*fetchState
+	dcs     map[string]*dcState
+	tagDC   string
+	tagged  map[string]bool // services carrying the tag; nil until the catalog answered
+
+	pending      map[fetchKey]bool // to read at the next refresh
+	retry        map[fetchKey]bool // failed; read again after a backoff
+	refreshing   bool
+	refreshLim   *rate.Limiter
+	refreshTimer *time.Timer // a refresh waits for refreshLim
+	retryTimer   *time.Timer
+	retryArmed   bool
+	retryBackoff *backoff.Backoff
+
+	events  chan pollEvent
+	results chan []fetchResult
+	wg      sync.WaitGroup
+
+	active    bool // something has been followed: snapshots are due
+	contacted bool // Consul answered at least once
+	published *Snapshot
+	conn      connState
+	logged    map[string]bool // problems logged as present
+}
+
+func newLoop(w *Watcher) *loop {
+	return &loop{
+		Watcher:      w,
+		queries:      map[string]Query{},
+		fetches:      map[fetchKey]*fetchState{},
+		dcs:          map[string]*dcState{},
+		tagDC:        w.opts.Datacenter,
+		pending:      map[fetchKey]bool{},
+		retry:        map[fetchKey]bool{},
+		refreshLim:   rate.NewLimiter(rate.Every(w.opts.MinInterval), burst),
+		refreshTimer: stoppedTimer(),
+		retryTimer:   stoppedTimer(),
+		retryBackoff: backoff.New(w.opts.MinRetry, w.opts.MaxRetry),
+		events:       make(chan pollEvent),
+		results:      make(chan []fetchResult),
+		logged:       map[string]bool{},
+	}
+}
+
+func stoppedTimer() *time.Timer {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	return t
+}
+
+func (l *loop) run(ctx context.Context) {
+	defer l.refreshTimer.Stop()
+	defer l.retryTimer.Stop()
+	periodic := time.NewTicker(l.opts.RefreshInterval)
+	defer periodic.Stop()
+
+	l.applyQueries(ctx)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-l.changed:
+			l.applyQueries(ctx)
+		case ev := <-l.events:
+			l.onPoll(ev)
+		case res := <-l.results:
+			l.onResults(res)
+		case <-l.refreshTimer.C:
+			// maybeRefresh below starts the refresh that waited.
+		case <-l.retryTimer.C:
+			l.retryArmed = false
+			for k := range l.retry {
+				l.pending[k] = true
+			}
+			clear(l.retry)
+		case <-periodic.C:
+			for k := range l.fetches {
+				l.pending[k] = true
+			}
+		}
+		l.maybeRefresh(ctx)
+		l.publish()
+	}
+}
+
+// applyQueries puts the queries of the latest SetQueries in force.
+func (l *loop) applyQueries(ctx context.Context) {
+	l.queries = l.Watcher.queries()
+	l.ensureFetches()
+	l.ensureDCs(ctx)
+}
+
+func (l *loop) keyOf(q Query) fetchKey {
+	dc := q.Datacenter
+	if dc == "" {
+		dc = l.opts.Datacenter
+	}
+	return fetchKey{dc: dc, service: q.Service, tags: strings.Join(q.Tags, "\x00")}
+}
+
+func (l *loop) taggedKey(service string) fetchKey {
+	return fetchKey{dc: l.tagDC, service: service, tags: l.opts.VirtualServiceTag}
+}
+
+// ensureFetches creates the reads the queries and tagged services need,
+// to be done at the next refresh, and forgets the others.
+func (l *loop) ensureFetches() {
+	needed := make(map[fetchKey]bool, len(l.queries)+len(l.tagged))
+	for _, q := range l.queries {
+		needed[l.keyOf(q)] = true
+	}
+	for s := range l.tagged {
+		needed[l.taggedKey(s)] = true
+	}
+	for k := range needed {
+		if l.fetches[k] == nil {
+			l.fetches[k] = &fetchState{}
+			l.pending[k] = true
+		}
+	}
+	for k := range l.fetches {
+		if !needed[k] {
+			delete(l.fetches, k)
+			delete(l.pending, k)
+			delete(l.retry, k)
+		}
+	}
+}
+
+// ensureDCs starts the change triggers of datacenters that became needed
+// and stops those of datacenters no longer needed.
+func (l *loop) ensureDCs(ctx context.Context) {
+	needed := map[string]bool{}
+	for k := range l.fetches {
+		needed[k.dc] = true
+	}
+	if l.opts.VirtualServiceTag != "" {
+		needed[l.tagDC] = true
+	}
+	for dc := range needed {
+		if l.dcs[dc] != nil {
+			continue
+		}
+		dctx, cancel := context.WithCancel(ctx)
+		d := &dcState{name: dc, cancel: cancel}
+		l.dcs[dc] = d
+		l.active = true
+		for kind := range numPollKinds {
+			l.wg.Add(1)
+			go func() {
+				defer l.wg.Done()
+				l.poll(dctx, d, kind)
+			}()
+		}
+	}
+	for dc, d := range l.dcs {
+		if !needed[dc] {
+			d.cancel()
+			delete(l.dcs, dc)
+		}
+	}
+}
+
+// onPoll takes in a change trigger's outcome.
+func (l *loop) onPoll(ev pollEvent) {
+	d := ev.owner
+	if l.dcs[d.name] != d {
+		return // from a datacenter no longer followed
+	}
+	ps := &d.polls[ev.kind]
+	ps.outcome = true
+	if ev.err != nil {
+		ps.err = ev.err
+		return
+	}
+	ps.err = nil
+	ps.index = ev.index
+	l.contacted = true
+	if ev.reset {
+		// A first answer, or one after errors or an index reset: the index
+		// may now count from somewhere else, so what earlier reads saw
+		// says nothing.
+		for k, fs := range l.fetches {
+			if k.dc == d.name {
+				fs.seen = 0
+			}
+		}
+	}
+	switch ev.kind {
+	case catalogPoll:
+		// Any registration may concern any followed service: the catalog
+		// lists names and tags only, not addresses or ports.
+		l.markDC(d.name, ev.index, nil)
+		if l.opts.VirtualServiceTag != "" && d.name == l.tagDC {
+			l.updateTagged(ev.services)
+		}
+	case checksPoll:
+		digest := digestChecks(ev.checks)
+		if ev.reset || d.checks == nil {
+			l.markDC(d.name, ev.index, nil)
+		} else {
+			services, nodes := diffChecks(d.checks, digest)
+			l.markDC(d.name, ev.index, func(k fetchKey, fs *fetchState) bool {
+				return services[k.service] || fs.onNodes(nodes)
+			})
+		}
+		d.checks = digest
+	}
+}
+
+// markDC schedules a read of the datacenter's services that match (all
+// when match is nil), except those already read after a trigger index of
+// at least index.
+func (l *loop) markDC(dc string, index uint64, match func(fetchKey, *fetchState) bool) {
+	for k, fs := range l.fetches {
+		if k.dc != dc || (fs.seen >= index && fs.seen > 0) {
+			continue
+		}
+		if match == nil || match(k, fs) {
+			l.pending[k] = true
+		}
+	}
+}
+
+// updateTagged takes in the services carrying the virtual-service tag
+// from a catalog answer.
+func (l *loop) updateTagged(services map[string][]string) {
+	tagged := map[string]bool{}
+	for name, tags := range services {
+		if slices.Contains(tags, l.opts.VirtualServiceTag) {
+			tagged[name] = true
+		}
+	}
+	l.tagged = tagged
+	l.ensureFetches()
+}
+
+// maybeRefresh starts a refresh of the pending reads, unless one runs or
+// the rate limit says to wait.
+func (l *loop) maybeRefresh(ctx context.Context) {
+	if l.refreshing || len(l.pending) == 0 {
+		return
+	}
+	var keys []fetchKey
+	for k := range l.pending {
+		if d := l.dcs[k.dc]; d != nil && d.ready() {
+			keys = append(keys, k)
+		}
+	}
+	if len(keys) == 0 {
+		return
+	}
+	r := l.refreshLim.Reserve()
+	if d := r.Delay(); d > 0 {
+		r.Cancel()
+		l.refreshTimer.Reset(d)
+		return
+	}
+	for _, k := range keys {
+		delete(l.pending, k)
+		l.fetches[k].seen = l.dcs[k.dc].maxIndex()
+	}
+	l.refreshing = true
+	l.wg.Add(1)
+	go func() {
+		defer l.wg.Done()
+		res := l.fetchAll(ctx, keys)
+		select {
+		case l.results <- res:
+		case <-ctx.Done():
+		}
+	}()
+}
+
+// onResults takes in a refresh's reads.
+func (l *loop) onResults(res []fetchResult) {
+	l.refreshing = false
+	failed := false
+	for _, r := range res {
+		fs := l.fetches[r.key]
+		if fs == nil {
+			continue // no longer followed
+		}
+		if r.err != nil {
+			fs.err = r.err
+			l.retry[r.key] = true
+			failed = true
+			continue
+		}
+		l.contacted = true
+		delete(l.retry, r.key)
+		fs.err = nil
+		fs.answered = true
+		if r.filtered && r.empty {
+			// Not "no instances": keep what was known.
+			fs.problem = fmt.Sprintf("results filtered by ACLs: the token lacks service:read on %s", r.key)
+			continue
+		}
+		fs.known = true
+		fs.instances = r.instances
+		problems := r.problems
+		if r.filtered {
+			problems = append(problems, fmt.Sprintf("some instances of %s are hidden by ACLs (the token may lack node:read)", r.key))
+		}
+		fs.problem = strings.Join(problems, "; ")
+	}
+	switch {
+	case failed && !l.retryArmed:
+		l.retryArmed = true
+		l.retryTimer.Reset(l.retryBackoff.Next())
+	case len(l.retry) == 0:
+		l.retryBackoff.Reset()
+	}
+}
+
+// snapshot renders the current state.
+func (l *loop) snapshot() Snapshot {
+	s := Snapshot{Services: make(map[string][]Instance, len(l.queries))}
+	synced := true
+	for key, q := range l.queries {
+		fs := l.fetches[l.keyOf(q)]
+		if fs.known {
+			is := fs.instances
+			if q.PassingOnly {
+				is = passing(is)
+			}
+			s.Services[key] = is
+		}
+		synced = synced && fs.answered
+	}
+	if l.opts.VirtualServiceTag != "" {
+		if l.tagged == nil {
+			synced = false
+		} else {
+			s.Tagged = make(map[string][]Instance, len(l.tagged))
+			for name := range l.tagged {
+				fs := l.fetches[l.taggedKey(name)]
+				if fs.known {
+					s.Tagged[name] = fs.instances
+				}
+				synced = synced && fs.answered
+			}
+		}
+	}
+	errs, problems := l.problems()
+	s.Synced = synced
+	s.Connected = l.contacted && len(errs) == 0
+	s.Err = joinProblems(append(errs, problems...))
+	return s
+}
+
+// problems returns the errors of failing requests and the other problems
+// (unusable answers), each unsorted.
+func (l *loop) problems() (errs, other []string) {
+	for _, d := range l.dcs {
+		for _, p := range d.polls {
+			if p.err != nil {
+				errs = append(errs, p.err.Error())
+			}
+		}
+	}
+	for _, fs := range l.fetches {
+		if fs.err != nil {
+			errs = append(errs, fs.err.Error())
+		}
+		if fs.problem != "" {
+			other = append(other, fs.problem)
+		}
+	}
+	return errs, other
+}
+
+// publish updates Status, logs changes of state and sends a snapshot if it
+// differs from the previous one.
+func (l *loop) publish() {
+	if !l.active {
+		return
+	}
+	s := l.snapshot()
+	errs, problems := l.problems()
+	l.logTransitions(errs, problems)
+
+	dcs := make([]DatacenterStatus, 0, len(l.dcs))
+	for _, d := range l.dcs {
+		dcs = append(dcs, DatacenterStatus{
+			Name:         d.name,
+			CatalogIndex: d.polls[catalogPoll].index,
+			ChecksIndex:  d.polls[checksPoll].index,
+		})
+	}
+	slices.SortFunc(dcs, func(a, b DatacenterStatus) int { return strings.Compare(a.Name, b.Name) })
+	l.setStatus(func(st *Status) {
+		st.Connected, st.Synced, st.Err = s.Connected, s.Synced, s.Err
+		st.Queries, st.Tagged = len(l.queries), len(l.tagged)
+		st.Datacenters = dcs
+	})
+
+	if l.published != nil && reflect.DeepEqual(*l.published, s) {
+		return
+	}
+	l.published = &s
+	l.Watcher.publish(s)
+}
+
+// logTransitions logs when requests start or stop failing and when a
+// problem appears or goes away: once per change, never per retry.
+func (l *loop) logTransitions(errs, problems []string) {
+	switch {
+	case len(errs) > 0 && l.conn != connDown:
+		slices.Sort(errs)
+		msg := "Consul requests failing; retrying"
+		if l.conn == connUp {
+			msg = "Consul requests failing; keeping the last known instances and retrying"
+		}
+		l.log.Warn(msg, "error", errs[0], "failing", len(errs))
+		l.conn = connDown
+	case len(errs) == 0 && l.contacted && l.conn != connUp:
+		if l.conn == connDown {
+			l.log.Info("Consul requests succeeding again")
+		} else {
+			l.log.Info("following Consul", "queries", len(l.queries))
+		}
+		l.conn = connUp
+	}
+	now := make(map[string]bool, len(problems))
+	for _, p := range problems {
+		now[p] = true
+		if !l.logged[p] {
+			l.log.Warn("Consul answer not usable", "problem", p)
+		}
+	}
+	for p := range l.logged {
+		if !now[p] {
+			l.log.Info("Consul problem resolved", "problem", p)
+		}
+	}
+	l.logged = now
+}
