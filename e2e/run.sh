@@ -160,6 +160,7 @@ run_on_host() {
 	RUN_DIR=$(mktemp -d "${TMPDIR:-/tmp}/lbd-e2e-run.XXXXXX")
 	stage "lbd build"
 	if build_lbd "$RUN_DIR/lbd"; then export LBD_BIN=$RUN_DIR/lbd; fi
+	if [[ -n ${LBD_E2E_SHARE:-} ]]; then export LBD_E2E_SHARE_MOUNT=$(realpath "$LBD_E2E_SHARE"); fi
 	stage "go test (host)"
 	local rc=0
 	(cd "$REPO_DIR" && LBD_E2E_REQUIRE=1 go test -tags e2e -count=1 -v ./e2e/... "$@") 2>&1 |

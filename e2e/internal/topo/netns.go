@@ -93,6 +93,16 @@ func (n *Netns) runSelf(role string, args ...string) (string, error) {
 	return string(out), nil
 }
 
+// HTTP sends one HTTP request from inside the namespace and returns the
+// response body; body "" sends none.
+func (n *Netns) HTTP(method, url, body string) (string, error) {
+	args := []string{method, url}
+	if body != "" {
+		args = append(args, body)
+	}
+	return n.runSelf(roleHTTP, args...)
+}
+
 // Process is a long-running program started in a namespace. It is stopped
 // when the test ends.
 type Process struct {

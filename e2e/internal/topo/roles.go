@@ -27,6 +27,7 @@ const (
 	roleBackend = "backend"
 	roleProbe   = "probe"
 	roleSysctl  = "sysctl"
+	roleHTTP    = "http"
 )
 
 // RunRoleIfAny runs the helper role named by RoleEnv and exits; it returns
@@ -44,6 +45,8 @@ func RunRoleIfAny() {
 		err = runProbe(os.Args[1:])
 	case roleSysctl:
 		err = runSysctl(os.Args[1:])
+	case roleHTTP:
+		err = runHTTP(os.Args[1:])
 	default:
 		err = fmt.Errorf("unknown role %q", role)
 	}
@@ -52,6 +55,37 @@ func RunRoleIfAny() {
 		os.Exit(1)
 	}
 	os.Exit(0)
+}
+
+// runHTTP sends one request (METHOD URL [BODY]) and prints the response
+// body; a status other than 2xx is an error. Tests use it to talk to a
+// Consul agent listening on a namespace's loopback.
+func runHTTP(args []string) error {
+	if len(args) < 2 || len(args) > 3 {
+		return fmt.Errorf("usage: METHOD URL [BODY]")
+	}
+	var body io.Reader
+	if len(args) == 3 {
+		body = strings.NewReader(args[2])
+	}
+	req, err := http.NewRequest(args[0], args[1], body)
+	if err != nil {
+		return err
+	}
+	resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode/100 != 2 {
+		return fmt.Errorf("%s %s: %s: %s", args[0], args[1], resp.Status, strings.TrimSpace(string(b)))
+	}
+	_, err = os.Stdout.Write(b)
+	return err
 }
 
 // runSysctl writes key=value pairs to /proc/sys of the current namespace.
