@@ -45,6 +45,7 @@ type Client struct {
 	hc    *http.Client
 	base  url.URL // scheme and host of the agent
 	token string
+	dc    string // the default datacenter, config.Consul.Datacenter
 }
 
 // NewClient builds a Client from lbd's [consul] settings:
@@ -145,6 +146,7 @@ func newClient(cfg config.Consul, dial dialFunc, maxConns int) (*Client, error) 
 		hc:     hc,
 		base:   url.URL{Scheme: scheme, Host: addr},
 		token:  token,
+		dc:     cfg.Datacenter,
 	}, nil
 }
 

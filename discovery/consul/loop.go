@@ -1,9 +1,9 @@
 package consul
 
 import (
+	"cmp"
 	"context"
 	"fmt"
-	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -98,8 +98,10 @@ type loop struct {
 	queries map[string]Query // in force, by Key
 	fetches map[fetchKey]*fetchState
 	dcs     map[string]*dcState
-	tagDC   string
-	tagged  map[string]bool // services carrying the tag; nil until the catalog answered
+	// defaultDC is the datacenter of queries naming none and of tag
+	// discovery: Options.Datacenter, else the Client's; "" for the agent's.
+	defaultDC string
+	tagged    map[string]bool // services carrying the tag; nil until the catalog answered
 
 	pending      map[fetchKey]bool // to read at the next refresh
 	retry        map[fetchKey]bool // failed; read again after a backoff
@@ -127,7 +129,7 @@ func newLoop(w *Watcher) *loop {
 		queries:      map[string]Query{},
 		fetches:      map[fetchKey]*fetchState{},
 		dcs:          map[string]*dcState{},
-		tagDC:        w.opts.Datacenter,
+		defaultDC:    cmp.Or(w.opts.Datacenter, w.opts.Client.dc),
 		pending:      map[fetchKey]bool{},
 		retry:        map[fetchKey]bool{},
 		refreshLim:   rate.NewLimiter(rate.Every(w.opts.MinInterval), burst),
@@ -189,15 +191,11 @@ func (l *loop) applyQueries(ctx context.Context) {
 }
 
 func (l *loop) keyOf(q Query) fetchKey {
-	dc := q.Datacenter
-	if dc == "" {
-		dc = l.opts.Datacenter
-	}
-	return fetchKey{dc: dc, service: q.Service, tags: strings.Join(q.Tags, "\x00")}
+	return fetchKey{dc: cmp.Or(q.Datacenter, l.defaultDC), service: q.Service, tags: strings.Join(q.Tags, "\x00")}
 }
 
 func (l *loop) taggedKey(service string) fetchKey {
-	return fetchKey{dc: l.tagDC, service: service, tags: l.opts.VirtualServiceTag}
+	return fetchKey{dc: l.defaultDC, service: service, tags: l.opts.VirtualServiceTag}
 }
 
 // ensureFetches creates the reads the queries and tagged services need,
@@ -233,7 +231,7 @@ func (l *loop) ensureDCs(ctx context.Context) {
 		needed[k.dc] = true
 	}
 	if l.opts.VirtualServiceTag != "" {
-		needed[l.tagDC] = true
+		needed[l.defaultDC] = true
 	}
 	for dc := range needed {
 		if l.dcs[dc] != nil {
@@ -289,7 +287,7 @@ func (l *loop) onPoll(ev pollEvent) {
 		// Any registration may concern any followed service: the catalog
 		// lists names and tags only, not addresses or ports.
 		l.markDC(d.name, ev.index, nil)
-		if l.opts.VirtualServiceTag != "" && d.name == l.tagDC {
+		if l.opts.VirtualServiceTag != "" && d.name == l.defaultDC {
 			l.updateTagged(ev.services)
 		}
 	case checksPoll:
@@ -409,128 +407,4 @@ func (l *loop) onResults(res []fetchResult) {
 	case len(l.retry) == 0:
 		l.retryBackoff.Reset()
 	}
-}
-
-// snapshot renders the current state.
-func (l *loop) snapshot() Snapshot {
-	s := Snapshot{Services: make(map[string][]Instance, len(l.queries))}
-	synced := true
-	for key, q := range l.queries {
-		fs := l.fetches[l.keyOf(q)]
-		if fs.known {
-			is := fs.instances
-			if q.PassingOnly {
-				is = passing(is)
-			}
-			s.Services[key] = is
-		}
-		synced = synced && fs.answered
-	}
-	if l.opts.VirtualServiceTag != "" {
-		if l.tagged == nil {
-			synced = false
-		} else {
-			s.Tagged = make(map[string][]Instance, len(l.tagged))
-			for name := range l.tagged {
-				fs := l.fetches[l.taggedKey(name)]
-				if fs.known {
-					s.Tagged[name] = fs.instances
-				}
-				synced = synced && fs.answered
-			}
-		}
-	}
-	errs, problems := l.problems()
-	s.Synced = synced
-	s.Connected = l.contacted && len(errs) == 0
-	s.Err = joinProblems(append(errs, problems...))
-	return s
-}
-
-// problems returns the errors of failing requests and the other problems
-// (unusable answers), each unsorted.
-func (l *loop) problems() (errs, other []string) {
-	for _, d := range l.dcs {
-		for _, p := range d.polls {
-			if p.err != nil {
-				errs = append(errs, p.err.Error())
-			}
-		}
-	}
-	for _, fs := range l.fetches {
-		if fs.err != nil {
-			errs = append(errs, fs.err.Error())
-		}
-		if fs.problem != "" {
-			other = append(other, fs.problem)
-		}
-	}
-	return errs, other
-}
-
-// publish updates Status, logs changes of state and sends a snapshot if it
-// differs from the previous one.
-func (l *loop) publish() {
-	if !l.active {
-		return
-	}
-	s := l.snapshot()
-	errs, problems := l.problems()
-	l.logTransitions(errs, problems)
-
-	dcs := make([]DatacenterStatus, 0, len(l.dcs))
-	for _, d := range l.dcs {
-		dcs = append(dcs, DatacenterStatus{
-			Name:         d.name,
-			CatalogIndex: d.polls[catalogPoll].index,
-			ChecksIndex:  d.polls[checksPoll].index,
-		})
-	}
-	slices.SortFunc(dcs, func(a, b DatacenterStatus) int { return strings.Compare(a.Name, b.Name) })
-	l.setStatus(func(st *Status) {
-		st.Connected, st.Synced, st.Err = s.Connected, s.Synced, s.Err
-		st.Queries, st.Tagged = len(l.queries), len(l.tagged)
-		st.Datacenters = dcs
-	})
-
-	if l.published != nil && reflect.DeepEqual(*l.published, s) {
-		return
-	}
-	l.published = &s
-	l.Watcher.publish(s)
-}
-
-// logTransitions logs when requests start or stop failing and when a
-// problem appears or goes away: once per change, never per retry.
-func (l *loop) logTransitions(errs, problems []string) {
-	switch {
-	case len(errs) > 0 && l.conn != connDown:
-		slices.Sort(errs)
-		msg := "Consul requests failing; retrying"
-		if l.conn == connUp {
-			msg = "Consul requests failing; keeping the last known instances and retrying"
-		}
-		l.log.Warn(msg, "error", errs[0], "failing", len(errs))
-		l.conn = connDown
-	case len(errs) == 0 && l.contacted && l.conn != connUp:
-		if l.conn == connDown {
-			l.log.Info("Consul requests succeeding again")
-		} else {
-			l.log.Info("following Consul", "queries", len(l.queries))
-		}
-		l.conn = connUp
-	}
-	now := make(map[string]bool, len(problems))
-	for _, p := range problems {
-		now[p] = true
-		if !l.logged[p] {
-			l.log.Warn("Consul answer not usable", "problem", p)
-		}
-	}
-	for p := range l.logged {
-		if !now[p] {
-			l.log.Info("Consul problem resolved", "problem", p)
-		}
-	}
-	l.logged = now
 }

@@ -37,10 +37,11 @@ type Options struct {
 	// it.
 	VirtualServiceTag string
 	// Datacenter is the datacenter of queries that name none and of
-	// VirtualServiceTag discovery; "" means the Client's default (the
-	// agent's own unless config.Consul.Datacenter says otherwise).
-	// Queries naming the same datacenter explicitly and implicitly are
-	// followed twice; callers should spell datacenters one way.
+	// VirtualServiceTag discovery; "" means the Client's default
+	// (config.Consul.Datacenter), else the agent's own. A query naming
+	// this datacenter and one naming none share their change triggers;
+	// when it is the agent's own and its name is not configured, a query
+	// naming it is followed separately (two more long-polls).
 	Datacenter string
 	// MaxConcurrency bounds the non-blocking requests in flight; 0 means
 	// DefaultMaxConcurrency.

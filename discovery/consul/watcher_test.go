@@ -182,3 +182,38 @@ func TestWatcherKeepsLastKnownWhileAgentIsDownAndFollowsAfterRestart(t *testing.
 		t.Errorf("logged %d lines about contact coming back, want 1:\n%s", n, out)
 	}
 }
+
+func TestWatcherDatacenters(t *testing.T) {
+	t.Parallel()
+	agent := consultest.Start(t, consultest.Options{})
+	register(t, agent.Client(""), reg{ID: "web1", Name: "web", Address: "10.0.0.1", Port: 80})
+	cfg := consulConfig(t, agent, "")
+	cfg.Datacenter = "dc1"
+	c, err := NewClient(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := New(testOptions(t, c, nil))
+	implicit, explicit := Query{Service: "web"}, Query{Service: "web", Datacenter: "dc1", PassingOnly: true}
+	w.SetQueries([]Query{implicit, explicit})
+	run(t, w)
+	waitFor(t, w, "both queries", func(s Snapshot) bool {
+		return has(s, implicit.Key(), "[web1@10.0.0.1:80(passing)]") && has(s, explicit.Key(), "[web1@10.0.0.1:80(passing)]")
+	})
+	if dcs := w.Status().Datacenters; len(dcs) != 1 || dcs[0].Name != "dc1" {
+		t.Errorf("Status.Datacenters = %+v, want dc1 once: the default and dc1 are one", dcs)
+	}
+
+	// A datacenter that does not exist fails on its own; the others go on.
+	elsewhere := Query{Service: "web", Datacenter: "nowhere"}
+	w.SetQueries([]Query{implicit, elsewhere})
+	s := waitFor(t, w, "the unknown datacenter's error", func(s Snapshot) bool {
+		return !s.Connected && strings.Contains(s.Err, "nowhere")
+	})
+	if !has(s, implicit.Key(), "[web1@10.0.0.1:80(passing)]") {
+		t.Errorf("the default datacenter's query suffers: %s", dump(s))
+	}
+	if _, ok := s.Services[elsewhere.Key()]; ok || s.Synced {
+		t.Errorf("the unknown datacenter's query is answered: %s", dump(s))
+	}
+}
