@@ -245,10 +245,25 @@ func (a *Agent) Stop() {
 }
 
 // Restart stops the agent and starts it again on the same ports. A -dev
-// agent keeps nothing: the catalog starts empty again, as do its indexes.
+// agent keeps no catalog: its servers' state and indexes start anew, but
+// the agent registers again the services and checks registered through it,
+// which it keeps in its data directory (TTL checks come back critical).
 func (a *Agent) Restart() {
 	a.t.Helper()
 	a.Stop()
+	if err := a.start(); err != nil {
+		a.t.Fatalf("restarting consul agent: %v\n%s", err, a.outputTail())
+	}
+}
+
+// RestartClean is Restart with the data directory removed first: an agent
+// that lost everything, including the services registered through it.
+func (a *Agent) RestartClean() {
+	a.t.Helper()
+	a.Stop()
+	if err := os.RemoveAll(filepath.Join(a.dir, "data")); err != nil {
+		a.t.Fatalf("removing the agent's data directory: %v", err)
+	}
 	if err := a.start(); err != nil {
 		a.t.Fatalf("restarting consul agent: %v\n%s", err, a.outputTail())
 	}
