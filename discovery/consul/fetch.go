@@ -2,6 +2,7 @@ package consul
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 
@@ -20,8 +21,18 @@ type fetchResult struct {
 
 // fetchAll reads keys, at most MaxConcurrency at a time, then asks Consul
 // whether the empty answers among them were the token's doing.
+//
+// A read that cannot reach the agent at all (no answer, as opposed to an
+// error status) ends the refresh: the others would wait for the same
+// timeout one after the other, and all are retried after a backoff.
 func (l *loop) fetchAll(ctx context.Context, keys []fetchKey) []fetchResult {
 	res := make([]fetchResult, len(keys))
+	fctx, abort := context.WithCancel(ctx)
+	defer abort()
+	var (
+		once  sync.Once
+		cause error // why the refresh was aborted
+	)
 	next := make(chan int)
 	var wg sync.WaitGroup
 	for range min(l.opts.MaxConcurrency, len(keys)) {
@@ -29,7 +40,12 @@ func (l *loop) fetchAll(ctx context.Context, keys []fetchKey) []fetchResult {
 		go func() {
 			defer wg.Done()
 			for i := range next {
-				res[i] = l.fetch(ctx, keys[i])
+				if fctx.Err() == nil {
+					res[i] = l.fetch(fctx, keys[i])
+				}
+				if err := res[i].err; err != nil && !isStatusError(err) && fctx.Err() == nil {
+					once.Do(func() { cause = err; abort() })
+				}
 			}
 		}()
 	}
@@ -38,8 +54,23 @@ func (l *loop) fetchAll(ctx context.Context, keys []fetchKey) []fetchResult {
 	}
 	close(next)
 	wg.Wait()
+	if cause != nil {
+		// Reads done before the abort stand; the others did not happen.
+		for i, r := range res {
+			if r.key == (fetchKey{}) || r.err != nil && r.err != cause {
+				res[i] = fetchResult{key: keys[i], err: fmt.Errorf("reading %s: not done: %w", keys[i], cause)}
+			}
+		}
+	}
 	l.checkEmpty(ctx, res)
 	return res
+}
+
+// isStatusError reports whether err is Consul's answer (an HTTP error
+// status) rather than no answer at all.
+func isStatusError(err error) bool {
+	var se api.StatusError
+	return errors.As(err, &se)
 }
 
 func (l *loop) fetch(ctx context.Context, k fetchKey) fetchResult {
@@ -49,6 +80,9 @@ func (l *loop) fetch(ctx context.Context, k fetchKey) fetchResult {
 	// All health states: PassingOnly is applied by the loop, which needs
 	// the nodes of unhealthy instances too.
 	entries, meta, err := l.opts.Client.Health().ServiceMultipleTags(k.service, k.tagList(), false, q)
+	if ctx.Err() != nil && err != nil {
+		return fetchResult{key: k, err: fmt.Errorf("reading %s: %w", k, ctx.Err())}
+	}
 	l.noteRequest(err)
 	if err != nil {
 		return fetchResult{key: k, err: fmt.Errorf("reading %s: %w", k, unwrapURLError(err))}

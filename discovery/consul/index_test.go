@@ -99,3 +99,56 @@ func TestTriggerIndexBackwardsResetsAndZeroIsNeverAWaitIndex(t *testing.T) {
 		}
 	}
 }
+
+// Against an httptest server whose service reads never answer: a refresh
+// that cannot reach the agent stops at the first timeout instead of
+// waiting for one timeout after another.
+func TestRefreshStopsAtTheFirstUnansweredRead(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	reads := 0
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Consul-LastContact", "0")
+		switch {
+		case strings.HasPrefix(r.URL.Path, "/v1/health/service/"):
+			mu.Lock()
+			reads++
+			mu.Unlock()
+			<-r.Context().Done()
+		case r.URL.Query().Get("index") != "":
+			<-r.Context().Done() // nothing changes
+		case r.URL.Path == "/v1/catalog/services":
+			w.Header().Set("X-Consul-Index", "1")
+			fmt.Fprint(w, "{}")
+		default:
+			w.Header().Set("X-Consul-Index", "1")
+			fmt.Fprint(w, "[]")
+		}
+	}))
+	t.Cleanup(srv.Close)
+	c, err := NewClient(config.Consul{Address: strings.TrimPrefix(srv.URL, "http://")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := testOptions(t, c, nil)
+	opts.RequestTimeout = 300 * time.Millisecond
+	opts.MinRetry, opts.MaxRetry = time.Hour, time.Hour // one refresh only
+	w := New(opts)
+	var qs []Query
+	for i := range 50 {
+		qs = append(qs, Query{Service: fmt.Sprintf("svc-%d", i)})
+	}
+	w.SetQueries(qs)
+	run(t, w)
+
+	s := waitFor(t, w, "the refresh's failure", func(s Snapshot) bool { return strings.Contains(s.Err, "not done") })
+	mu.Lock()
+	n := reads
+	mu.Unlock()
+	if n > DefaultMaxConcurrency {
+		t.Errorf("%d reads sent, want at most %d: the first wave's timeout should end the refresh", n, DefaultMaxConcurrency)
+	}
+	if s.Connected || len(s.Services) != 0 || strings.Contains(s.Err, "watching") {
+		t.Errorf("after the failed refresh: %s want disconnected, nothing known, the triggers fine", dump(s))
+	}
+}

@@ -379,6 +379,7 @@ func (l *loop) onResults(res []fetchResult) {
 		}
 		if r.err != nil {
 			fs.err = r.err
+			fs.seen = 0 // what it was sent after was not read
 			l.retry[r.key] = true
 			failed = true
 			continue

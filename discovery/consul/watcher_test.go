@@ -217,3 +217,33 @@ func TestWatcherDatacenters(t *testing.T) {
 		t.Errorf("the unknown datacenter's query is answered: %s", dump(s))
 	}
 }
+
+// A node-level check concerns every instance on the node: node maintenance
+// adds one, and moves neither the catalog's index nor any service check.
+func TestWatcherFollowsNodeHealth(t *testing.T) {
+	t.Parallel()
+	agent := consultest.Start(t, consultest.Options{})
+	c := agent.Client("")
+	register(t, c, reg{ID: "web1", Name: "web", Address: "10.0.0.1", Port: 80})
+	register(t, c, reg{ID: "db1", Name: "db", Address: "10.0.0.2", Port: 5432})
+	w := New(testOptions(t, clientFor(t, agent, ""), nil))
+	web, healthyDB := Query{Service: "web"}, Query{Service: "db", PassingOnly: true}
+	w.SetQueries([]Query{web, healthyDB})
+	run(t, w)
+	waitFor(t, w, "both passing", func(s Snapshot) bool {
+		return has(s, web.Key(), "[web1@10.0.0.1:80(passing)]") && has(s, healthyDB.Key(), "[db1@10.0.0.2:5432(passing)]")
+	})
+
+	if err := c.Agent().EnableNodeMaintenance("test"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, w, "the node's instances critical", func(s Snapshot) bool {
+		return has(s, web.Key(), "[web1@10.0.0.1:80(critical)]") && has(s, healthyDB.Key(), "[]")
+	})
+	if err := c.Agent().DisableNodeMaintenance(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, w, "passing again", func(s Snapshot) bool {
+		return has(s, web.Key(), "[web1@10.0.0.1:80(passing)]") && has(s, healthyDB.Key(), "[db1@10.0.0.2:5432(passing)]")
+	})
+}
