@@ -1,0 +1,82 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	sd "github.com/coreos/go-systemd/v22/daemon"
+
+	"github.com/lbdproject/lbd/dataplane"
+)
+
+// notifier tells systemd (Type=notify) when lbd is ready and what it is
+// doing. Outside systemd (no NOTIFY_SOCKET) every call does nothing.
+type notifier struct {
+	log   *slog.Logger
+	ready sync.Once
+}
+
+func (n *notifier) send(state string) {
+	if _, err := sd.SdNotify(false, state); err != nil {
+		n.log.Debug("sd_notify failed", "state", state, "error", err)
+	}
+}
+
+// onSync is a dataplane hook: READY=1 after the first sync that ran (every
+// source had reported); per-service kernel errors do not hold readiness
+// back, they are in the status line and the logs.
+func (n *notifier) onSync(res dataplane.SyncResult) {
+	if res.Waiting {
+		n.send("STATUS=waiting for every source's first answer")
+		return
+	}
+	n.ready.Do(func() { n.send(sd.SdNotifyReady) })
+	status := fmt.Sprintf("STATUS=%d virtual servers; last sync %s", res.Services, res.Start.Format(time.TimeOnly))
+	switch {
+	case res.Err != nil:
+		status += ": failed, retrying"
+	case res.Held != "":
+		status += ": held by the safety valve"
+	}
+	n.send(status)
+}
+
+func (n *notifier) stopping() { n.send(sd.SdNotifyStopping) }
+
+// syncLoop is the dataplane as the watchdog sees it.
+type syncLoop interface {
+	SyncingSince() (time.Time, bool)
+}
+
+// watchdog feeds systemd's watchdog (WatchdogSec) at half its period while
+// the sync loop is alive: a sync running for longer than the whole period
+// means the loop hangs (a stuck netlink call, say), and then lbd stops
+// feeding it so that systemd restarts it.
+func watchdog(ctx context.Context, log *slog.Logger, n *notifier, loop syncLoop) {
+	period, err := sd.SdWatchdogEnabled(false)
+	if err != nil || period == 0 {
+		return
+	}
+	t := time.NewTicker(period / 2)
+	defer t.Stop()
+	hung := false
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			if start, busy := loop.SyncingSince(); busy && now.Sub(start) > period {
+				if !hung {
+					log.Error("a sync has been running too long; no longer feeding the systemd watchdog", "running_for", now.Sub(start).Round(time.Second))
+				}
+				hung = true
+				continue
+			}
+			hung = false
+			n.send(sd.SdNotifyWatchdog)
+		}
+	}
+}
