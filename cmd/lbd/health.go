@@ -6,17 +6,26 @@ import (
 	"github.com/lbdproject/lbd/config"
 	"github.com/lbdproject/lbd/dataplane/desired"
 	"github.com/lbdproject/lbd/dataplane/ipvs"
+	"github.com/lbdproject/lbd/discovery/merge"
 	"github.com/lbdproject/lbd/healthcheck"
 )
 
 // probes lists the checks the configuration asks for: each real server of
-// each service with its (possibly overridden) check.
-func probes(cfg *config.Config) []healthcheck.Probe {
+// each service with its (possibly overridden) check, including the real
+// servers discovery found.
+func probes(cfg *config.Config, found merge.Result) []healthcheck.Probe {
 	var out []healthcheck.Probe
-	for _, s := range cfg.Services {
-		for _, r := range s.RealServers {
-			out = append(out, healthcheck.Probe{Service: s.Name, Addr: r.AddrPort(), Check: r.HealthCheck})
+	add := func(service string, rs []config.RealServer) {
+		for _, r := range rs {
+			out = append(out, healthcheck.Probe{Service: service, Addr: r.AddrPort(), Check: r.HealthCheck})
 		}
+	}
+	for _, s := range cfg.Services {
+		add(s.Name, s.RealServers)
+		add(s.Name, found.Reals[s.Name])
+	}
+	for _, s := range found.Services {
+		add(s.Name, s.RealServers)
 	}
 	return out
 }

@@ -5,9 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"os"
 	"os/signal"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -18,7 +21,10 @@ import (
 	"github.com/lbdproject/lbd/dataplane/announce"
 	"github.com/lbdproject/lbd/dataplane/hostaddrs"
 	"github.com/lbdproject/lbd/dataplane/sysctl"
+	"github.com/lbdproject/lbd/discovery/consul"
+	"github.com/lbdproject/lbd/discovery/consul/registrar"
 	"github.com/lbdproject/lbd/discovery/file"
+	"github.com/lbdproject/lbd/discovery/merge"
 	"github.com/lbdproject/lbd/healthcheck"
 	"github.com/lbdproject/lbd/metrics"
 	"github.com/lbdproject/lbd/status"
@@ -83,18 +89,16 @@ func runDaemon(ctx context.Context, log *slog.Logger, path, stateDir string) err
 
 	log.Info("lbd starting", "version", buildVersion(), "config", path)
 	runCtx, stop := context.WithCancel(ctx)
-	var wg sync.WaitGroup
+	d := &daemon{log: log, k: k, src: src, m: metrics.New(), notify: &notifier{log: log}}
 	defer func() {
 		stop()
-		wg.Wait()
+		d.wg.Wait()
 	}()
 	errc := make(chan error, 1)
-	wg.Go(func() { errc <- src.Run(runCtx) })
+	d.wg.Go(func() { errc <- src.Run(runCtx) })
 
-	m := metrics.New()
-	var dp *dataplane.Dataplane
-	var health *healthcheck.Manager
 	updates := src.Updates()
+	var consulUpdates <-chan consul.Snapshot
 	for {
 		select {
 		case <-hup:
@@ -105,45 +109,28 @@ func runDaemon(ctx context.Context, log *slog.Logger, path, stateDir string) err
 				updates = nil
 				continue
 			}
-			m.ObserveConfigLoad(true, time.Now())
+			d.m.ObserveConfigLoad(true, time.Now())
 			ensureSysctls(log, cfg)
-			if dp == nil {
-				// The runner's timings, the interface, the status socket and
-				// the metrics address come from the first configuration;
-				// changing them needs a restart.
-				ann := announce.New(announce.Options{Logger: log})
-				wg.Go(func() {
-					if err := ann.Run(runCtx); err != nil {
-						log.Error("ARP announcer stopped", "error", err)
-					}
-				})
-				dp = k.newDataplane(cfg, log, ann)
-				dp.OnSync(m.ObserveSync)
-				health = healthcheck.New(healthcheck.Options{
-					Logger: log,
-					OnChange: func(h map[healthcheck.Key]bool) {
-						m.SetHealth(h)
-						dp.SetHealth(healthInput(h))
-					},
-					OnResult: m.ObserveCheck,
-				})
-				// Health is known before the first sync: seeded from what the
-				// kernel serves, so a restart changes no weight.
-				health.Set(probes(cfg), kernelServed(k.ipvs))
-				dp.SetHealth(healthInput(health.Health()))
-				wg.Go(func() { health.Run(runCtx) })
-				// The box's addresses are known before the first sync, so
-				// it does not remove NodePort-like services to re-add them.
-				if addrs, err := hostaddrs.List(); err == nil {
-					dp.SetHostAddrs(addrs)
-				}
-				wg.Go(func() { hostaddrs.Follow(runCtx, log, dp.SetHostAddrs) })
-				wg.Go(func() { dp.Loop(runCtx) })
-				wg.Go(func() { serveStatus(runCtx, log, cfg.Status, src, dp, ann, health, m) })
+			if d.dp == nil {
+				d.start(runCtx, cfg)
 			}
-			health.Set(probes(cfg), nil)
-			dp.SetConfig(cfg)
+			if cfg.Consul.Enabled && d.consul == nil {
+				if err := d.startConsul(runCtx, cfg); err != nil {
+					return err
+				}
+				consulUpdates = d.consul.Updates()
+			}
+			if d.consul != nil {
+				d.consul.SetQueries(merge.Queries(cfg))
+			}
+			audit(log, d.src.Status().Hash, d.cfg, cfg)
+			d.cfg = cfg
+			d.apply()
+		case snap := <-consulUpdates:
+			d.snap = snap
+			d.apply()
 		case err := <-errc:
+			d.notify.stopping()
 			if err != nil && !errors.Is(err, context.Canceled) {
 				return fmt.Errorf("configuration source: %w", err)
 			}
@@ -153,22 +140,166 @@ func runDaemon(ctx context.Context, log *slog.Logger, path, stateDir string) err
 	}
 }
 
+// daemon holds the running parts. Sources feed it on the main loop only;
+// the dataplane, checks and status run on their own goroutines.
+type daemon struct {
+	log    *slog.Logger
+	k      *kernel
+	src    *file.Source
+	m      *metrics.Metrics
+	notify *notifier
+	wg     sync.WaitGroup
+
+	dp     *dataplane.Dataplane
+	ann    *announce.Announcer
+	health *healthcheck.Manager
+	consul *consul.Watcher
+	reg    *registrar.Registrar
+
+	cfg      *config.Config          // the latest configuration
+	snap     consul.Snapshot         // Consul's latest snapshot
+	waiting  bool                    // logged that the first sync waits for Consul
+	seed     map[netip.AddrPort]bool // what the kernel served at start, for the first health.Set
+	problems atomic.Pointer[[]merge.Problem]
+	regs     atomic.Pointer[map[string]config.ConsulRegister] // by lbd service name
+}
+
+// start builds the dataplane and what hangs off it. The runner's timings,
+// the interface, the status socket and the metrics address come from the
+// first configuration; changing them needs a restart.
+func (d *daemon) start(ctx context.Context, cfg *config.Config) {
+	d.ann = announce.New(announce.Options{Logger: d.log})
+	d.wg.Go(func() {
+		if err := d.ann.Run(ctx); err != nil {
+			d.log.Error("ARP announcer stopped", "error", err)
+		}
+	})
+	d.dp = d.k.newDataplane(cfg, d.log, d.ann)
+	d.dp.OnSync(d.m.ObserveSync)
+	d.dp.OnSync(d.notify.onSync)
+	d.health = healthcheck.New(healthcheck.Options{
+		Logger: d.log,
+		OnChange: func(h map[healthcheck.Key]bool) {
+			d.m.SetHealth(h)
+			d.dp.SetHealth(healthInput(h))
+		},
+		OnResult: d.m.ObserveCheck,
+	})
+	// Health is known before the first sync: seeded from what the kernel
+	// serves (by apply), so a restart changes no weight.
+	d.seed = kernelServed(d.k.ipvs)
+	d.wg.Go(func() { d.health.Run(ctx) })
+	// The box's addresses are known before the first sync, so it does not
+	// remove NodePort-like services to re-add them.
+	if addrs, err := hostaddrs.List(); err == nil {
+		d.dp.SetHostAddrs(addrs)
+	}
+	d.wg.Go(func() { hostaddrs.Follow(ctx, d.log, d.dp.SetHostAddrs) })
+	d.wg.Go(func() { d.dp.Loop(ctx) })
+	d.wg.Go(func() { watchdog(ctx, d.log, d.notify, d.dp) })
+	d.wg.Go(func() { d.serveStatus(ctx, cfg.Status) })
+}
+
+// startConsul starts following Consul and registering lbd's VIPs into it.
+// The agent's address comes from the first configuration that enables
+// Consul; changing it needs a restart.
+func (d *daemon) startConsul(ctx context.Context, cfg *config.Config) error {
+	client, err := consul.NewClient(cfg.Consul)
+	if err != nil {
+		return fmt.Errorf("consul: %w", err)
+	}
+	d.consul = consul.New(consul.Options{Client: client, Logger: d.log.With("source", "consul"), VirtualServiceTag: cfg.Consul.VirtualServices.Tag})
+	d.reg = registrar.New(registrar.Options{Client: client, Logger: d.log.With("source", "consul-registrar")})
+	d.dp.OnSync(d.register)
+	d.m.WatchConsul(d.consulState)
+	d.wg.Go(func() {
+		if err := d.consul.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
+			d.log.Error("consul source stopped", "error", err)
+		}
+	})
+	d.wg.Go(func() {
+		if err := d.reg.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
+			d.log.Error("consul registrar stopped", "error", err)
+		}
+	})
+	return nil
+}
+
+// apply merges the latest configuration and Consul snapshot and hands them
+// to the checks and the dataplane. Nothing is applied until every source
+// has answered once: a half-started daemon must not delete what Consul
+// would have kept.
+func (d *daemon) apply() {
+	if d.cfg == nil {
+		return
+	}
+	if d.consul != nil && !d.snap.Synced {
+		if !d.waiting {
+			d.log.Warn("waiting for Consul's first answer before the first sync; the kernel keeps what it has meanwhile")
+			d.waiting = true
+		}
+		return
+	}
+	if d.waiting {
+		d.log.Info("Consul answered; syncing")
+		d.waiting = false
+	}
+	res := merge.Merge(d.cfg, d.snap)
+	d.reportProblems(res.Problems)
+	regs := map[string]config.ConsulRegister{}
+	for _, s := range d.cfg.Services {
+		if s.Register != nil {
+			regs[s.Name] = *s.Register
+		}
+	}
+	d.regs.Store(&regs)
+	d.health.Set(probes(d.cfg, res), d.seed)
+	if d.seed != nil {
+		d.dp.SetHealth(healthInput(d.health.Health()))
+		d.seed = nil
+	}
+	d.dp.SetSources(d.cfg, res.Reals, res.Services)
+}
+
+// reportProblems logs each refused registration once, when it appears,
+// and says when it is resolved.
+func (d *daemon) reportProblems(ps []merge.Problem) {
+	old := d.problems.Load()
+	d.problems.Store(&ps)
+	var before []merge.Problem
+	if old != nil {
+		before = *old
+	}
+	for _, p := range ps {
+		if !slices.Contains(before, p) {
+			d.log.Warn("consul registration refused", "subject", p.Subject, "problem", p.Msg)
+		}
+	}
+	for _, p := range before {
+		if !slices.Contains(ps, p) {
+			d.log.Info("consul registration problem resolved", "subject", p.Subject, "problem", p.Msg)
+		}
+	}
+}
+
 // serveStatus serves the status socket and the metrics until ctx ends; a
 // failure to listen is logged, not fatal: the dataplane matters more.
-func serveStatus(ctx context.Context, log *slog.Logger, cfg config.Status, src *file.Source, dp *dataplane.Dataplane, ann *announce.Announcer, health *healthcheck.Manager, m *metrics.Metrics) {
+func (d *daemon) serveStatus(ctx context.Context, cfg config.Status) {
 	snapshot := func() status.Snapshot {
-		return status.Build(buildVersion(), time.Now(), src.Status(), dp.View(), ann.Status(), health.ByKey())
+		s := status.Build(buildVersion(), time.Now(), d.src.Status(), d.dp.View(), d.ann.Status(), d.health.ByKey())
+		s.Consul = d.consulStatus()
+		return s
 	}
 	go func() {
 		if err := status.Serve(ctx, cfg.Socket, snapshot); err != nil {
-			log.Error("status socket unavailable; lbd status will not answer", "error", err)
+			d.log.Error("status socket unavailable; lbd status will not answer", "error", err)
 		}
 	}()
 	if cfg.MetricsListen == "" {
 		return
 	}
-	if err := m.Serve(ctx, cfg.MetricsListen); err != nil {
-		log.Error("metrics unavailable", "error", err)
+	if err := d.m.Serve(ctx, cfg.MetricsListen); err != nil {
+		d.log.Error("metrics unavailable", "error", err)
 	}
 }
 

@@ -1,0 +1,91 @@
+package main
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+
+	"github.com/lbdproject/lbd/config"
+	"github.com/lbdproject/lbd/dataplane"
+	"github.com/lbdproject/lbd/dataplane/desired"
+	"github.com/lbdproject/lbd/discovery/consul/registrar"
+	"github.com/lbdproject/lbd/metrics"
+	"github.com/lbdproject/lbd/status"
+)
+
+// register is a dataplane hook: after each sync that was applied, lbd's
+// VIPs registered into Consul follow what the kernel serves. A service is
+// passing while it meets its quorum (at least one healthy real server).
+func (d *daemon) register(res dataplane.SyncResult) {
+	if res.Waiting || res.Err != nil || res.Held != "" {
+		return // the kernel did not (fully) take the desired state
+	}
+	regs := d.regs.Load()
+	if regs == nil {
+		return
+	}
+	st, _ := d.dp.Desired()
+	d.reg.Set(registrations(*regs, st))
+}
+
+// registrations lists one Consul registration per VIP of each service
+// that asks for it; NodePort-like virtual servers are not registered.
+func registrations(regs map[string]config.ConsulRegister, st desired.State) []registrar.Registration {
+	var out []registrar.Registration
+	vips := map[netip.Addr]bool{}
+	for _, v := range st.VIPs {
+		vips[v] = true
+	}
+	for _, vs := range st.Services {
+		r, ok := regs[vs.Name]
+		if !ok || !vips[vs.Key.Addr] {
+			continue
+		}
+		quorum := max(vs.Quorum, 1)
+		out = append(out, registrar.Registration{
+			ID:      fmt.Sprintf("lbd-%s-%s-%d-%s", vs.Name, vs.Key.Addr, vs.Key.Port, vs.Key.Protocol),
+			Name:    r.Name,
+			Address: vs.Key.Addr,
+			Port:    vs.Key.Port,
+			Tags:    slices.Clone(r.Tags),
+			Meta:    map[string]string{"lbd-service": vs.Name, "lbd-protocol": string(vs.Key.Protocol)},
+			Healthy: vs.Healthy >= quorum,
+			Notes:   fmt.Sprintf("%d healthy real servers, quorum %d", vs.Healthy, quorum),
+		})
+	}
+	return out
+}
+
+// consulState is what the metrics show of Consul.
+func (d *daemon) consulState() metrics.ConsulState {
+	st := d.consul.Status()
+	out := metrics.ConsulState{Connected: st.Connected, LastContact: st.LastContact, Requests: st.Requests, Errors: st.Errors}
+	if ps := d.problems.Load(); ps != nil {
+		out.Problems = len(*ps)
+	}
+	return out
+}
+
+// consulStatus is what lbd status shows of Consul; nil when it is off.
+func (d *daemon) consulStatus() *status.Consul {
+	if d.consul == nil {
+		return nil
+	}
+	st := d.consul.Status()
+	out := &status.Consul{
+		Connected: st.Connected, Synced: st.Synced, Error: st.Err, LastContact: st.LastContact,
+		LastError: st.LastError, LastErrorTime: st.LastErrorTime, Queries: st.Queries, Tagged: st.Tagged,
+		Requests: st.Requests, Errors: st.Errors,
+	}
+	if ps := d.problems.Load(); ps != nil {
+		for _, p := range *ps {
+			out.Problems = append(out.Problems, p.String())
+		}
+	}
+	for _, r := range d.reg.Registrations() {
+		out.Registrations = append(out.Registrations, status.Registration{
+			ID: r.ID, Name: r.Name, Address: netip.AddrPortFrom(r.Address, r.Port).String(), Healthy: r.Healthy, Error: r.Error,
+		})
+	}
+	return out
+}

@@ -1,0 +1,306 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lbdproject/lbd/e2e/internal/topo"
+)
+
+// consulAgent is a real Consul server agent on the director's loopback,
+// with a data directory so that a restart keeps its catalog (as a
+// production agent does).
+type consulAgent struct {
+	t       *testing.T
+	dir     *topo.Director
+	bin     string
+	dataDir string
+	proc    *topo.Process
+}
+
+const consulAddr = "http://127.0.0.1:8500"
+
+func startConsul(t *testing.T, dir *topo.Director) *consulAgent {
+	t.Helper()
+	a := &consulAgent{t: t, dir: dir, bin: topo.RequireSharedFile(t, "consul"), dataDir: filepath.Join(t.TempDir(), "consul")}
+	if err := os.MkdirAll(a.dataDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	a.start()
+	return a
+}
+
+func (a *consulAgent) start() {
+	a.t.Helper()
+	a.proc = a.dir.Start(a.t, "consul", a.bin, "agent", "-server", "-bootstrap-expect=1", "-node=director",
+		"-bind=127.0.0.1", "-client=127.0.0.1", "-data-dir="+a.dataDir, "-log-level=warn", "-ui=false",
+		"-dns-port=-1", "-grpc-port=-1")
+	eventually(a.t, "Consul to elect itself leader", func() error {
+		out, err := a.dir.HTTP("GET", consulAddr+"/v1/status/leader", "")
+		if err != nil {
+			return err
+		}
+		if strings.TrimSpace(out) == `""` {
+			return fmt.Errorf("no leader yet")
+		}
+		// The agent answers before its node is in the catalog.
+		_, err = a.dir.HTTP("GET", consulAddr+"/v1/catalog/node/director", "")
+		return err
+	})
+}
+
+func (a *consulAgent) call(method, path string, body any) string {
+	a.t.Helper()
+	var text string
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			a.t.Fatal(err)
+		}
+		text = string(b)
+	}
+	out, err := a.dir.HTTP(method, consulAddr+path, text)
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	return out
+}
+
+// register registers a service instance on the agent; with ttl, it gets a
+// TTL check (initially passing) named "<id>-ttl".
+func (a *consulAgent) register(id, service string, addr netip.AddrPort, ttl bool, tags []string, meta map[string]string) {
+	a.t.Helper()
+	reg := map[string]any{"ID": id, "Name": service, "Address": addr.Addr().String(), "Port": addr.Port(), "Tags": tags, "Meta": meta}
+	if ttl {
+		reg["Check"] = map[string]any{"CheckID": id + "-ttl", "TTL": "1h", "Status": "passing"}
+	}
+	a.call("PUT", "/v1/agent/service/register", reg)
+}
+
+func (a *consulAgent) deregister(id string) { a.call("PUT", "/v1/agent/service/deregister/"+id, nil) }
+
+// checkStatus returns the status of every check of a Consul service.
+func (a *consulAgent) checkStatus(service string) []string {
+	a.t.Helper()
+	var checks []struct{ Status, ServiceID string }
+	if err := json.Unmarshal([]byte(a.call("GET", "/v1/health/checks/"+service, nil)), &checks); err != nil {
+		a.t.Fatal(err)
+	}
+	var out []string
+	for _, c := range checks {
+		out = append(out, c.ServiceID+"="+c.Status)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// TestConsul proves the Consul source end to end, with a real agent and
+// real traffic: registering a real server in Consul makes traffic through
+// the VIP reach it, a critical check drains it, deregistering it stops new
+// connections to it; a Consul-defined virtual service appears and goes
+// away; lbd's VIP registration follows the service's health; with the
+// agent stopped nothing Consul-sourced changes while a file edit still
+// applies; after its restart changes flow again.
+func TestConsul(t *testing.T) {
+	topo.RequireIPVS(t)
+	tp := topo.New(t, topo.Options{RealServers: 3})
+	for _, rs := range tp.RealServers {
+		rs.StartBackend(t, topo.BackendConfig{HTTPPort: topo.BackendHTTPPort})
+	}
+	dir, client := tp.Directors[0], tp.ClientHosts[0]
+	agent := startConsul(t, dir)
+	rs := func(i int) netip.AddrPort {
+		return netip.AddrPortFrom(tp.RealServers[i].Addr(tp.Backend), topo.BackendHTTPPort)
+	}
+	web, api, static := netip.AddrPortFrom(topo.VIP(1), 80), netip.AddrPortFrom(topo.VIP(2), 80), netip.AddrPortFrom(topo.VIP(3), 80)
+	config := fmt.Sprintf(`
+[sync]
+min_sync_period = "100ms"
+sync_period = "3s"
+
+[consul]
+address = "127.0.0.1:8500"
+
+[consul.virtual_services]
+tag = "lbd"
+vip_pools = ["%[2]s/32"]
+
+[[service]]
+name = "web"
+vips = ["%[1]s"]
+port = 80
+scheduler = "rr"
+snat = "never"
+[service.consul]
+service = "web"
+[service.consul_register]
+name = "web-vip"
+tags = ["edge"]
+`, web.Addr(), api.Addr())
+	l := startLBD(t, dir, config)
+	dest := func(vs, real netip.AddrPort, w int) string {
+		return fmt.Sprintf("-a -t %s -r %s -m -w %d", vs, real, w)
+	}
+	waitRules := func(what string, want ...string) {
+		t.Helper()
+		eventually(t, what, func() error {
+			got := ipvsadmSave(t, dir)
+			for _, w := range want {
+				if strings.HasPrefix(w, "!") {
+					if slices.ContainsFunc(got, func(g string) bool { return strings.Contains(g, w[1:]) }) {
+						return fmt.Errorf("ipvsadm -Sn still has %q:\n%s", w[1:], strings.Join(got, "\n"))
+					}
+				} else if !slices.Contains(got, w) {
+					return fmt.Errorf("ipvsadm -Sn lacks %q:\n%s", w, strings.Join(got, "\n"))
+				}
+			}
+			return nil
+		})
+	}
+	servers := func(target netip.AddrPort, n int) map[string]int {
+		t.Helper()
+		return probeOK(t, client, topo.HTTP, target, n).ByServer()
+	}
+
+	t.Run("a registered real server gets traffic", func(t *testing.T) {
+		agent.register("web-1", "web", rs(0), false, nil, nil)
+		waitRules("web-1 in IPVS", dest(web, rs(0), 1))
+		if got := servers(web, 4); got["rs1"] != 4 {
+			t.Errorf("answers by server %v; want all 4 from rs1", got)
+		}
+		agent.register("web-2", "web", rs(1), true, nil, map[string]string{"lbd-weight": "3"})
+		waitRules("web-2 in IPVS with its meta weight", dest(web, rs(0), 1), dest(web, rs(1), 3))
+		if got := servers(web, 8); got["rs1"] == 0 || got["rs2"] == 0 {
+			t.Errorf("answers by server %v; want both real servers", got)
+		}
+	})
+
+	t.Run("lbd registers its VIP, passing while the service is healthy", func(t *testing.T) {
+		id := fmt.Sprintf("lbd-web-%s-80-tcp", web.Addr())
+		eventually(t, "the VIP registration to pass", func() error {
+			if got := agent.checkStatus("web-vip"); !slices.Equal(got, []string{id + "=passing"}) {
+				return fmt.Errorf("web-vip checks %v", got)
+			}
+			return nil
+		})
+	})
+
+	t.Run("a critical check drains, deregistering stops new connections", func(t *testing.T) {
+		agent.call("PUT", "/v1/agent/check/fail/web-2-ttl", nil)
+		waitRules("web-2 drained", dest(web, rs(0), 1), dest(web, rs(1), 0))
+		if got := servers(web, 6); got["rs2"] != 0 {
+			t.Errorf("a drained real server got new connections: %v", got)
+		}
+		agent.call("PUT", "/v1/agent/check/pass/web-2-ttl", nil)
+		waitRules("web-2 back", dest(web, rs(1), 3))
+		agent.deregister("web-1")
+		waitRules("web-1 out of the desired state", "!"+rs(0).String()+" -m -w 1")
+		if got := servers(web, 6); got["rs1"] != 0 || got["rs2"] != 6 {
+			t.Errorf("answers by server %v; want all from rs2 after web-1 left", got)
+		}
+	})
+
+	t.Run("a Consul-defined virtual service appears and goes away", func(t *testing.T) {
+		meta := map[string]string{"lbd-vip": api.Addr().String(), "lbd-port": "80", "lbd-scheduler": "rr", "lbd-snat": "never"}
+		agent.register("api-1", "api", rs(2), false, []string{"lbd"}, meta)
+		// Outside the pool: refused and reported, the others unaffected.
+		agent.register("rogue-1", "rogue", rs(2), false, []string{"lbd"}, map[string]string{"lbd-vip": topo.VIP(9).String(), "lbd-port": "80"})
+		waitRules("the api virtual service", "-A -t "+api.String()+" -s rr", dest(api, rs(2), 1))
+		if got := servers(api, 4); got["rs3"] != 4 {
+			t.Errorf("answers by server %v; want all from rs3", got)
+		}
+		out := dir.MustExec(t, l.bin, "status", "--socket", l.socket())
+		if !strings.Contains(out, `consul service "rogue": meta lbd-vip: `+topo.VIP(9).String()+` (VIP 1) is outside the VIP pools`) {
+			t.Errorf("lbd status does not report the refused registration:\n%s", out)
+		}
+		if strings.Contains(strings.Join(ipvsadmSave(t, dir), "\n"), topo.VIP(9).String()) {
+			t.Errorf("a VIP outside the pools reached IPVS")
+		}
+		agent.deregister("api-1")
+		agent.deregister("rogue-1")
+		waitRules("the api virtual service gone", "!-A -t "+api.String())
+	})
+
+	t.Run("Consul stopped: nothing Consul-sourced changes, file edits apply", func(t *testing.T) {
+		before := ipvsadmSave(t, dir)
+		agent.proc.Stop()
+		eventually(t, "lbd status to say Consul is unreachable", func() error {
+			out, err := dir.Exec(l.bin, "status", "--socket", l.socket())
+			if err != nil || !strings.Contains(out, "consul: UNREACHABLE") {
+				return fmt.Errorf("lbd status:\n%s (%v)", out, err)
+			}
+			return nil
+		})
+		l.writeConfig(t, config+fmt.Sprintf("\n[[service]]\nname = \"static\"\nvips = [\"%s\"]\nport = 80\nsnat = \"never\"\nreal_server = [{ address = \"%s\", port = %d }]\n",
+			static.Addr(), rs(2).Addr(), rs(2).Port()))
+		waitRules("the file edit applied", dest(static, rs(2), 1))
+		for _, line := range before {
+			waitRules("Consul-sourced state kept", line)
+		}
+		if got := servers(web, 4); got["rs2"] != 4 {
+			t.Errorf("web answers %v while Consul is down; want rs2 as before", got)
+		}
+	})
+
+	t.Run("Consul restarted: changes flow again", func(t *testing.T) {
+		agent.start()
+		agent.register("web-3", "web", rs(2), true, nil, nil)
+		waitRules("web-3 in IPVS after the restart", dest(web, rs(1), 3), dest(web, rs(2), 1))
+	})
+
+	t.Run("the VIP registration fails with the service", func(t *testing.T) {
+		// Failing checks drain (weight 0); deregistering both would be a
+		// mass deletion that the safety valve holds.
+		agent.call("PUT", "/v1/agent/check/fail/web-2-ttl", nil)
+		agent.call("PUT", "/v1/agent/check/fail/web-3-ttl", nil)
+		id := fmt.Sprintf("lbd-web-%s-80-tcp", web.Addr())
+		eventually(t, "the VIP registration to turn critical", func() error {
+			if got := agent.checkStatus("web-vip"); !slices.Equal(got, []string{id + "=critical"}) {
+				return fmt.Errorf("web-vip checks %v", got)
+			}
+			return nil
+		})
+	})
+
+	if os.Getenv("LBD_E2E_BENCH") == "1" {
+		consulLatency(t, agent, dir, web, rs(0))
+	}
+}
+
+// consulLatency measures registration -> kernel over 100 changes (each a
+// register or a deregister of one instance), polling ipvsadm every 20 ms.
+func consulLatency(t *testing.T, agent *consulAgent, dir *topo.Director, vs, real netip.AddrPort) {
+	var took []time.Duration
+	line := fmt.Sprintf("-a -t %s -r %s -m -w 1", vs, real)
+	for i := range 100 {
+		start := time.Now()
+		want := i%2 == 0
+		if want {
+			agent.register("lat", "web", real, false, nil, nil)
+		} else {
+			agent.deregister("lat")
+		}
+		for {
+			if slices.Contains(ipvsadmSave(t, dir), line) == want {
+				break
+			}
+			if time.Since(start) > time.Minute {
+				t.Fatalf("change %d not in the kernel after a minute", i)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		took = append(took, time.Since(start))
+	}
+	slices.Sort(took)
+	t.Logf("BENCH consul registration -> kernel over %d changes: median %s, p99 %s, max %s (min_sync_period 100ms; guest timings, compare as ratios)",
+		len(took), took[len(took)/2].Round(time.Millisecond), took[len(took)*99/100].Round(time.Millisecond), took[len(took)-1].Round(time.Millisecond))
+}

@@ -1,0 +1,153 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/lbdproject/lbd/e2e/internal/topo"
+)
+
+// metric returns the sum of a metric's samples (every label set) from
+// lbd's /metrics on the director's loopback.
+func metric(t *testing.T, dir *topo.Director, name string) float64 {
+	t.Helper()
+	out, err := dir.HTTP("GET", "http://127.0.0.1:9712/metrics", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum, found := 0.0, false
+	for _, line := range strings.Split(out, "\n") {
+		f := strings.Fields(line)
+		if len(f) != 2 || (f[0] != name && !strings.HasPrefix(f[0], name+"{")) {
+			continue
+		}
+		v, err := strconv.ParseFloat(f[1], 64)
+		if err != nil {
+			t.Fatalf("metric %s: %v", line, err)
+		}
+		sum, found = sum+v, true
+	}
+	if !found {
+		t.Fatalf("/metrics has no %s:\n%s", name, out)
+	}
+	return sum
+}
+
+// TestOperations covers what an admin sees and does: metrics move with
+// syncs, systemctl-restart-like restarts (SIGTERM, start) lose no request,
+// and lbd status says clearly when the daemon is not running.
+func TestOperations(t *testing.T) {
+	topo.RequireIPVS(t)
+	tp := topo.New(t, topo.Options{RealServers: 2})
+	tp.StartBackends(t)
+	dir, client := tp.Directors[0], tp.ClientHosts[0]
+	web := netip.AddrPortFrom(topo.VIP(1), 80)
+	config := func(weight int) string {
+		return fmt.Sprintf(`
+[sync]
+min_sync_period = "100ms"
+sync_period = "2s"
+
+[[service]]
+name = "web"
+vips = ["%s"]
+port = 80
+snat = "never"
+real_server = [{ address = "%s", weight = %d }, { address = "%s" }]
+`, web.Addr(), tp.RealServers[0].Addr(tp.Backend), weight, tp.RealServers[1].Addr(tp.Backend))
+	}
+	l := startLBD(t, dir, config(1))
+	waitServes(t, client, topo.HTTP, web)
+
+	t.Run("metrics follow the syncs", func(t *testing.T) {
+		var syncs, writes float64
+		eventually(t, "metrics to answer", func() error {
+			if _, err := dir.HTTP("GET", "http://127.0.0.1:9712/metrics", ""); err != nil {
+				return err
+			}
+			syncs, writes = metric(t, dir, "lbd_sync_duration_seconds_count"), metric(t, dir, "lbd_kernel_writes_total")
+			return nil
+		})
+		if got := metric(t, dir, "lbd_iptables_rules"); got != 23 && got != 46 {
+			t.Errorf("lbd_iptables_rules = %v; want lbd's fixed 23 rules per family", got)
+		}
+		if got := metric(t, dir, "lbd_real_server_healthy"); got != 2 {
+			t.Errorf("lbd_real_server_healthy sums to %v; want both real servers up", got)
+		}
+		l.writeConfig(t, config(4))
+		eventually(t, "the weight change to be synced and counted", func() error {
+			if got := metric(t, dir, "lbd_kernel_writes_total"); got <= writes {
+				return fmt.Errorf("lbd_kernel_writes_total %v, was %v", got, writes)
+			}
+			if got := metric(t, dir, "lbd_sync_duration_seconds_count"); got <= syncs {
+				return fmt.Errorf("lbd_sync_duration_seconds_count %v, was %v", got, syncs)
+			}
+			if got := metric(t, dir, "lbd_network_programming_latency_seconds_count"); got < 1 {
+				return fmt.Errorf("no network-programming latency observed")
+			}
+			return nil
+		})
+		if got := metric(t, dir, "lbd_config_loads_total"); got < 2 {
+			t.Errorf("lbd_config_loads_total = %v; want the start and the edit", got)
+		}
+	})
+
+	t.Run("restarts lose no request", func(t *testing.T) {
+		// Probe in batches until the restarts are over, so that traffic
+		// spans every one of them.
+		var wg sync.WaitGroup
+		var answers topo.Answers
+		var probeErr error
+		done := make(chan struct{})
+		wg.Go(func() {
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				as, err := client.Probe(topo.HTTP, web, 20, requestTimeout)
+				if err != nil {
+					probeErr = err
+					return
+				}
+				answers = append(answers, as...)
+			}
+		})
+		for range 3 {
+			l.proc.Stop() // SIGTERM, as systemctl stop does
+			l.start()
+			eventually(t, "the restarted lbd to answer status", func() error {
+				_, err := dir.Exec(l.bin, "status", "--socket", l.socket())
+				return err
+			})
+		}
+		close(done)
+		wg.Wait()
+		if probeErr != nil {
+			t.Fatal(probeErr)
+		}
+		if errs := answers.Errors(); len(errs) > 0 {
+			t.Errorf("%d of %d requests failed across 3 restarts, first: %s", len(errs), len(answers), errs[0])
+		}
+		t.Logf("%d requests across 3 restarts, none failed", len(answers))
+	})
+
+	t.Run("status says when lbd is not running", func(t *testing.T) {
+		l.proc.Stop()
+		out, err := dir.Exec(l.bin, "status", "--socket", l.socket())
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 3 || !strings.Contains(out+err.Error(), "not running") {
+			t.Errorf("lbd status with the daemon stopped: exit %v, output %q; want exit 3 and 'not running'", err, out)
+		}
+		waitServes(t, client, topo.HTTP, web)
+	})
+}
