@@ -4,7 +4,8 @@
 # guest; e2e/run.sh installs what it needs). Needs root for the e2e part.
 #
 #   scripts/test.sh            everything
-#   LBD_SKIP_E2E=1 scripts/test.sh   unit tests only
+#   LBD_SKIP_E2E=1 scripts/test.sh   no end-to-end tests
+#   LBD_SKIP_DEB=1 scripts/test.sh   no package test
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -30,6 +31,13 @@ fi
 stage "go mod download"
 go mod download
 
+# A real Consul agent for the Consul tests (unit and e2e): built from the Go
+# module proxy once (about 6 minutes) and cached; see scripts/consul.sh.
+stage "consul agent"
+LBD_CONSUL=$(scripts/consul.sh)
+export LBD_CONSUL
+echo "$LBD_CONSUL"
+
 stage "gofmt"
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
 if [ -n "$unformatted" ]; then
@@ -43,10 +51,17 @@ go vet -tags e2e ./e2e/...
 stage "unit tests"
 go test -race -count=1 ./...
 
+if [ "${LBD_SKIP_DEB:-}" = 1 ]; then
+	stage "package test skipped (LBD_SKIP_DEB=1)"
+else
+	stage "package: build, lintian, install into a clean Debian 12 root"
+	scripts/deb-test.sh
+fi
+
 if [ "${LBD_SKIP_E2E:-}" = 1 ]; then
 	stage "e2e skipped (LBD_SKIP_E2E=1)"
 else
 	stage "end-to-end tests"
-	e2e/run.sh
+	LBD_E2E_SHARE=$(dirname "$LBD_CONSUL") e2e/run.sh
 fi
 printf '\nall tests passed in %ds\n' $((SECONDS - start))
