@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -95,6 +96,9 @@ real_server = [{ address = "%s", weight = %d }, { address = "%s" }]
 			}
 			return nil
 		})
+		if got := metric(t, dir, "lbd_ipvs_connections_total"); got < 1 {
+			t.Errorf("lbd_ipvs_connections_total = %v after traffic through the VIP", got)
+		}
 		if got := metric(t, dir, "lbd_config_loads_total"); got < 2 {
 			t.Errorf("lbd_config_loads_total = %v; want the start and the edit", got)
 		}
@@ -139,6 +143,33 @@ real_server = [{ address = "%s", weight = %d }, { address = "%s" }]
 			t.Errorf("%d of %d requests failed across 3 restarts, first: %s", len(errs), len(answers), errs[0])
 		}
 		t.Logf("%d requests across 3 restarts, none failed", len(answers))
+
+		// Those connections show in lbd status, read from the kernel.
+		var st struct {
+			Services []struct {
+				RealServers []struct {
+					ActiveConns   *int `json:"active_conns"`
+					InactiveConns *int `json:"inactive_conns"`
+				} `json:"real_servers"`
+			} `json:"services"`
+		}
+		out := dir.MustExec(t, l.bin, "status", "-o", "json", "--socket", l.socket())
+		if err := json.Unmarshal([]byte(out), &st); err != nil {
+			t.Fatalf("lbd status -o json: %v\n%s", err, out)
+		}
+		conns := 0
+		for _, s := range st.Services {
+			for _, r := range s.RealServers {
+				if r.ActiveConns == nil || r.InactiveConns == nil {
+					t.Errorf("lbd status -o json lacks connection counts:\n%s", out)
+					return
+				}
+				conns += *r.ActiveConns + *r.InactiveConns
+			}
+		}
+		if conns == 0 {
+			t.Errorf("lbd status shows no connection after %d requests:\n%s", len(answers), out)
+		}
 	})
 
 	t.Run("status says when lbd is not running", func(t *testing.T) {

@@ -12,6 +12,8 @@ import (
 
 	"github.com/lbdproject/lbd/config"
 	"github.com/lbdproject/lbd/dataplane"
+	"github.com/lbdproject/lbd/dataplane/desired"
+	"github.com/lbdproject/lbd/dataplane/ipvs"
 	"github.com/lbdproject/lbd/dataplane/runner"
 	"github.com/lbdproject/lbd/healthcheck"
 )
@@ -110,6 +112,38 @@ lbd_consul_refused_registrations 2
 	// Read at each scrape: Consul going away shows at once.
 	st.Connected, st.Errors = false, 4
 	if err := testutil.GatherAndCompare(m.Registry(), strings.NewReader(fmt.Sprintf(want, 0, 4)), names...); err != nil {
+		t.Error(err)
+	}
+}
+
+func TestIPVSMetrics(t *testing.T) {
+	m := New()
+	web := desired.Key{Addr: netip.MustParseAddr("192.0.2.10"), Port: 80, Protocol: config.TCP}
+	other := desired.Key{Addr: netip.MustParseAddr("192.0.2.99"), Port: 80, Protocol: config.TCP}
+	var readErr error
+	m.WatchIPVS(func() (map[desired.Key]ipvs.Counters, error) {
+		return map[desired.Key]ipvs.Counters{web: {Connections: 7, PacketsIn: 70, PacketsOut: 60, BytesIn: 7000, BytesOut: 90000}, other: {Connections: 1}}, readErr
+	}, func() map[desired.Key]string { return map[desired.Key]string{web: "web"} })
+	want := `
+# HELP lbd_ipvs_connections_total Connections IPVS scheduled for the virtual server.
+# TYPE lbd_ipvs_connections_total counter
+lbd_ipvs_connections_total{service="web",virtual_server="192.0.2.10:80/tcp"} 7
+# HELP lbd_ipvs_bytes_out_total Bytes from the real servers back to clients.
+# TYPE lbd_ipvs_bytes_out_total counter
+lbd_ipvs_bytes_out_total{service="web",virtual_server="192.0.2.10:80/tcp"} 90000
+# HELP lbd_ipvs_stats_read_errors 1 when the last scrape could not read the IPVS counters.
+# TYPE lbd_ipvs_stats_read_errors gauge
+lbd_ipvs_stats_read_errors 0
+`
+	if err := testutil.GatherAndCompare(m.Registry(), strings.NewReader(want), "lbd_ipvs_connections_total", "lbd_ipvs_bytes_out_total", "lbd_ipvs_stats_read_errors"); err != nil {
+		t.Error(err)
+	}
+	readErr = errors.New("netlink: no such file")
+	if err := testutil.GatherAndCompare(m.Registry(), strings.NewReader(`
+# HELP lbd_ipvs_stats_read_errors 1 when the last scrape could not read the IPVS counters.
+# TYPE lbd_ipvs_stats_read_errors gauge
+lbd_ipvs_stats_read_errors 1
+`), "lbd_ipvs_connections_total", "lbd_ipvs_stats_read_errors"); err != nil {
 		t.Error(err)
 	}
 }

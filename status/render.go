@@ -39,19 +39,19 @@ func WriteText(w io.Writer, s Snapshot) error {
 	}
 	b.WriteString("\n")
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "VIRTUAL SERVER / REAL SERVER\tSCHED\tCONFIG\tDESIRED\tKERNEL\tHEALTH\tSOURCE")
+	fmt.Fprintln(tw, "VIRTUAL SERVER / REAL SERVER\tSCHED\tCONFIG\tDESIRED\tKERNEL\tACTIVE\tINACT\tHEALTH\tSOURCE")
 	for _, svc := range s.Services {
 		sched := svc.Scheduler
 		if svc.Persistence != "" {
 			sched += " " + svc.Persistence
 		}
-		fmt.Fprintf(tw, "%s (%s)\t%s\t\t\t\t\t%s\n", svc.VirtualServer, svc.Name, sched, svc.Source)
+		fmt.Fprintf(tw, "%s (%s)\t%s\t\t\t\t\t\t\t%s\n", svc.VirtualServer, svc.Name, sched, svc.Source)
 		for _, r := range svc.RealServers {
 			kernel := "-"
 			if r.KernelWeight != nil {
 				kernel = strconv.Itoa(*r.KernelWeight)
 			}
-			fmt.Fprintf(tw, "  -> %s\t\t%d\t%d\t%s\t%s\t%s\n", r.Address, r.ConfigWeight, r.Weight, kernel, health(s.Time, r.Health), r.Source)
+			fmt.Fprintf(tw, "  -> %s\t\t%d\t%d\t%s\t%s\t%s\t%s\t%s\n", r.Address, r.ConfigWeight, r.Weight, kernel, count(r.ActiveConns), count(r.InactiveConns), health(s.Time, r.Health), r.Source)
 		}
 	}
 	if err := tw.Flush(); err != nil {
@@ -67,6 +67,13 @@ func WriteText(w io.Writer, s Snapshot) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+func count(n *int) string {
+	if n == nil {
+		return "-"
+	}
+	return strconv.Itoa(*n)
 }
 
 func ago(now, t time.Time) string {

@@ -107,6 +107,27 @@ type RealServer struct {
 	KernelWeight *int `json:"kernel_weight"`
 	// Health is nil for real servers that are not checked.
 	Health *Health `json:"health,omitempty"`
+	// ActiveConns and InactiveConns are the kernel's connection counts,
+	// read when status was asked; nil when the kernel does not hold it.
+	ActiveConns   *int `json:"active_conns,omitempty"`
+	InactiveConns *int `json:"inactive_conns,omitempty"`
+}
+
+// Conns is a destination's connection counts in the kernel.
+type Conns struct{ Active, Inactive int }
+
+// AddConns fills the real servers' connection counts from a kernel read,
+// by virtual server ("192.0.2.10:80/tcp") and real server address.
+func (s *Snapshot) AddConns(conns map[string]map[string]Conns) {
+	for i := range s.Services {
+		svc := &s.Services[i]
+		for j := range svc.RealServers {
+			r := &svc.RealServers[j]
+			if c, ok := conns[svc.VirtualServer][r.Address]; ok {
+				r.ActiveConns, r.InactiveConns = &c.Active, &c.Inactive
+			}
+		}
+	}
 }
 
 // Health is a real server's check state.

@@ -36,6 +36,7 @@ func view() dataplane.View {
 func TestWriteText(t *testing.T) {
 	snap := Build("1.0", time.Unix(1010, 0), file.Status{Path: "/etc/lbd/lbd.toml", Files: []string{"/etc/lbd/lbd.toml"}, Loaded: time.Unix(990, 0), Hash: "abc",
 		Err: errors.New("lbd.toml:4:1: port: bad"), ErrTime: time.Unix(1005, 0)}, view(), nil, nil)
+	snap.AddConns(map[string]map[string]Conns{"192.0.2.10:80/tcp": {"10.0.0.1:80": {Active: 5, Inactive: 12}, "10.0.0.3:80": {Active: 0, Inactive: 1}}})
 	var b strings.Builder
 	if err := WriteText(&b, snap); err != nil {
 		t.Fatal(err)
@@ -46,11 +47,11 @@ config REJECTED 5s ago; the configuration above stays in force:
   lbd.toml:4:1: port: bad
 sync: 10s ago (requested, 1ms, 2 writes, 1 dumps): ok
 
-VIRTUAL SERVER / REAL SERVER  SCHED                CONFIG  DESIRED  KERNEL  HEALTH  SOURCE
-192.0.2.10:80/tcp (web)       wrr persistent 600s                                   lbd.toml:3:1
-  -> 10.0.0.1:80                                   3       3        3       -       lbd.toml:8:1
-  -> 10.0.0.2:80                                   1       0        -       -       lbd.toml:11:1
-  -> 10.0.0.3:80                                   0       0        0       -       draining: no longer desired
+VIRTUAL SERVER / REAL SERVER  SCHED                CONFIG  DESIRED  KERNEL  ACTIVE  INACT  HEALTH  SOURCE
+192.0.2.10:80/tcp (web)       wrr persistent 600s                                                  lbd.toml:3:1
+  -> 10.0.0.1:80                                   3       3        3       5       12     -       lbd.toml:8:1
+  -> 10.0.0.2:80                                   1       0        -       -       -      -       lbd.toml:11:1
+  -> 10.0.0.3:80                                   0       0        0       0       1      -       draining: no longer desired
 `
 	if b.String() != want {
 		t.Errorf("got:\n%s\nwant:\n%s", b.String(), want)

@@ -8,6 +8,7 @@ import (
 	"github.com/lbdproject/lbd/dataplane/ipvs"
 	"github.com/lbdproject/lbd/discovery/merge"
 	"github.com/lbdproject/lbd/healthcheck"
+	"github.com/lbdproject/lbd/status"
 )
 
 // probes lists the checks the configuration asks for: each real server of
@@ -54,6 +55,19 @@ func kernelServed(k ipvs.Kernel) map[netip.AddrPort]bool {
 				out[d.Addr] = true
 			}
 		}
+	}
+	return out
+}
+
+// conns indexes the kernel's connection counts for status.
+func conns(dests map[desired.Key][]ipvs.Dest) map[string]map[string]status.Conns {
+	out := make(map[string]map[string]status.Conns, len(dests))
+	for k, ds := range dests {
+		m := make(map[string]status.Conns, len(ds))
+		for _, d := range ds {
+			m[d.Addr.String()] = status.Conns{Active: d.ActiveConns, Inactive: d.InactiveConns}
+		}
+		out[k.String()] = m
 	}
 	return out
 }

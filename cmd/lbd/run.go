@@ -19,7 +19,9 @@ import (
 	"github.com/lbdproject/lbd/config"
 	"github.com/lbdproject/lbd/dataplane"
 	"github.com/lbdproject/lbd/dataplane/announce"
+	"github.com/lbdproject/lbd/dataplane/desired"
 	"github.com/lbdproject/lbd/dataplane/hostaddrs"
+	"github.com/lbdproject/lbd/dataplane/ipvs"
 	"github.com/lbdproject/lbd/dataplane/sysctl"
 	"github.com/lbdproject/lbd/discovery/consul"
 	"github.com/lbdproject/lbd/discovery/consul/registrar"
@@ -197,7 +199,27 @@ func (d *daemon) start(ctx context.Context, cfg *config.Config) {
 	d.wg.Go(func() { hostaddrs.Follow(ctx, d.log, d.dp.SetHostAddrs) })
 	d.wg.Go(func() { d.dp.Loop(ctx) })
 	d.wg.Go(func() { watchdog(ctx, d.log, d.notify, d.dp) })
+	if sr, err := ipvs.OpenStats(); err != nil {
+		d.log.Warn("IPVS counters unavailable in metrics", "error", err)
+	} else {
+		d.m.WatchIPVS(sr.Read, d.virtualServerNames)
+		d.wg.Go(func() {
+			<-ctx.Done()
+			sr.Close()
+		})
+	}
 	d.wg.Go(func() { d.serveStatus(ctx, cfg.Status) })
+}
+
+// virtualServerNames maps lbd's virtual servers to their service, for the
+// per-virtual-server metrics.
+func (d *daemon) virtualServerNames() map[desired.Key]string {
+	st, _ := d.dp.Desired()
+	out := make(map[desired.Key]string, len(st.Services))
+	for _, s := range st.Services {
+		out[s.Key] = s.Name
+	}
+	return out
 }
 
 // startConsul starts following Consul and registering lbd's VIPs into it.
@@ -288,6 +310,10 @@ func (d *daemon) serveStatus(ctx context.Context, cfg config.Status) {
 	snapshot := func() status.Snapshot {
 		s := status.Build(buildVersion(), time.Now(), d.src.Status(), d.dp.View(), d.ann.Status(), d.health.ByKey())
 		s.Consul = d.consulStatus()
+		// Connection counts are read now: one read of /proc/net/ip_vs.
+		if dests, err := ipvs.Conns(); err == nil {
+			s.AddConns(conns(dests))
+		}
 		return s
 	}
 	go func() {
