@@ -115,6 +115,7 @@ func decodeGlobals(n *node, c *Config) {
 		if t.str("metrics_listen", &c.Status.MetricsListen) && c.Status.MetricsListen != "" {
 			t.hostPort("metrics_listen", c.Status.MetricsListen)
 		}
+		t.boolean("real_server_metrics", &c.Status.RealServerMetrics)
 		t.finish()
 	}
 	if t := n.table("consul"); t != nil {

@@ -106,6 +106,9 @@ type IPVS struct {
 type Status struct {
 	Socket        string
 	MetricsListen string // host:port; empty disables the metrics listener
+	// RealServerMetrics adds per-real-server connection gauges (one series
+	// per real server: opt-in, as they grow with the configuration).
+	RealServerMetrics bool
 }
 
 // Consul holds the agent lbd talks to. Enabled is true when the [consul]
