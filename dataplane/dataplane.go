@@ -107,7 +107,8 @@ type Dataplane struct {
 	hostAddrs          []netip.Addr
 	last               SyncResult
 	syncStart          time.Time
-	changedAt          time.Time // first input change not synced yet
+	conns              map[desired.Key]map[netip.AddrPort]ipvs.Conns // as of the last full dump
+	changedAt          time.Time                                     // first input change not synced yet
 	onSync             []func(SyncResult)
 
 	// kernel holds the destination weights in the kernel as the IPVS
@@ -231,6 +232,20 @@ func (d *Dataplane) Last() SyncResult {
 // kernel holds without reading it.
 type KernelWeigher interface {
 	KernelWeights() map[desired.Key]map[netip.AddrPort]int
+}
+
+// ConnCounter is implemented by an IPVS applier that keeps the connection
+// counts of its last full dump.
+type ConnCounter interface {
+	KernelConns() map[desired.Key]map[netip.AddrPort]ipvs.Conns
+}
+
+// KernelConns returns the destinations' connection counts as of the last
+// full reconcile; nil before one ran.
+func (d *Dataplane) KernelConns() map[desired.Key]map[netip.AddrPort]ipvs.Conns {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.conns
 }
 
 // View is what status shows of the dataplane.
@@ -358,6 +373,12 @@ func (d *Dataplane) sync(_ context.Context, why runner.Reason) error {
 		weights := kw.KernelWeights()
 		d.mu.Lock()
 		d.kernel = weights
+		d.mu.Unlock()
+	}
+	if cc, ok := d.ipvs.(ConnCounter); ok && full && res.Dumps > 0 {
+		conns := cc.KernelConns()
+		d.mu.Lock()
+		d.conns = conns
 		d.mu.Unlock()
 	}
 	if res.Err == nil && res.Held == "" {

@@ -61,7 +61,12 @@ func (l *lbd) start() {
 // socket.
 func (l *lbd) writeConfig(t *testing.T, config string) {
 	t.Helper()
-	config += fmt.Sprintf("\n[status]\nsocket = %q\n", l.socket())
+	socket := fmt.Sprintf("\n[status]\nsocket = %q\n", l.socket())
+	if strings.Contains(config, "\n[status]\n") {
+		config = strings.Replace(config, "\n[status]\n", socket, 1)
+	} else {
+		config += socket
+	}
 	tmp := l.cfgPath + ".new"
 	if err := os.WriteFile(tmp, []byte(config), 0o644); err != nil {
 		t.Fatal(err)

@@ -20,9 +20,17 @@ import (
 // lbd's /metrics on the director's loopback.
 func metric(t *testing.T, dir *topo.Director, name string) float64 {
 	t.Helper()
-	out, err := dir.HTTP("GET", "http://127.0.0.1:9712/metrics", "")
+	v, err := readMetric(dir, name)
 	if err != nil {
 		t.Fatal(err)
+	}
+	return v
+}
+
+func readMetric(dir *topo.Director, name string) (float64, error) {
+	out, err := dir.HTTP("GET", "http://127.0.0.1:9712/metrics", "")
+	if err != nil {
+		return 0, err
 	}
 	sum, found := 0.0, false
 	for _, line := range strings.Split(out, "\n") {
@@ -32,14 +40,14 @@ func metric(t *testing.T, dir *topo.Director, name string) float64 {
 		}
 		v, err := strconv.ParseFloat(f[1], 64)
 		if err != nil {
-			t.Fatalf("metric %s: %v", line, err)
+			return 0, fmt.Errorf("metric %s: %v", line, err)
 		}
 		sum, found = sum+v, true
 	}
 	if !found {
-		t.Fatalf("/metrics has no %s:\n%s", name, out)
+		return 0, fmt.Errorf("/metrics has no %s:\n%s", name, out)
 	}
-	return sum
+	return sum, nil
 }
 
 // TestOperations covers what an admin sees and does: metrics move with
@@ -56,6 +64,9 @@ func TestOperations(t *testing.T) {
 [sync]
 min_sync_period = "100ms"
 sync_period = "2s"
+
+[status]
+real_server_metrics = true
 
 [[service]]
 name = "web"
@@ -99,6 +110,13 @@ real_server = [{ address = "%s", weight = %d }, { address = "%s" }]
 		if got := metric(t, dir, "lbd_ipvs_connections_total"); got < 1 {
 			t.Errorf("lbd_ipvs_connections_total = %v after traffic through the VIP", got)
 		}
+		eventually(t, "per-real-server connections after a full reconcile", func() error {
+			got, err := readMetric(dir, "lbd_ipvs_real_server_connections")
+			if err == nil && got < 1 {
+				err = fmt.Errorf("lbd_ipvs_real_server_connections sums to %v after traffic", got)
+			}
+			return err
+		})
 		if got := metric(t, dir, "lbd_config_loads_total"); got < 2 {
 			t.Errorf("lbd_config_loads_total = %v; want the start and the edit", got)
 		}

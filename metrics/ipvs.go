@@ -1,6 +1,8 @@
 package metrics
 
 import (
+	"net/netip"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/lbdproject/lbd/dataplane/desired"
@@ -55,6 +57,37 @@ func (c *ipvsCollector) Collect(ch chan<- prometheus.Metric) {
 			n uint64
 		}{{c.conns, st.Connections}, {c.pktsIn, st.PacketsIn}, {c.pktsOut, st.PacketsOut}, {c.bytesIn, st.BytesIn}, {c.bytesOut, st.BytesOut}} {
 			ch <- prometheus.MustNewConstMetric(v.d, prometheus.CounterValue, float64(v.n), name, vs)
+		}
+	}
+}
+
+// realServerCollector serves per-real-server connection counts from the
+// reconciler's last full dump: no kernel read per scrape.
+type realServerCollector struct {
+	conns func() map[desired.Key]map[netip.AddrPort]ipvs.Conns
+	names func() map[desired.Key]string
+	desc  *prometheus.Desc
+}
+
+// WatchRealServers serves lbd_ipvs_real_server_connections (opt-in: one
+// series per real server and state).
+func (m *Metrics) WatchRealServers(conns func() map[desired.Key]map[netip.AddrPort]ipvs.Conns, names func() map[desired.Key]string) {
+	m.reg.MustRegister(&realServerCollector{conns: conns, names: names,
+		desc: prometheus.NewDesc("lbd_ipvs_real_server_connections",
+			"A real server's connections in the kernel by state (active, inactive), as of the last full reconcile.",
+			[]string{"service", "virtual_server", "real_server", "state"}, nil)})
+}
+
+func (c *realServerCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c *realServerCollector) Collect(ch chan<- prometheus.Metric) {
+	conns := c.conns()
+	for key, name := range c.names() {
+		vs := key.String()
+		for addr, n := range conns[key] {
+			rs := addr.String()
+			ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(n.Active), name, vs, rs, "active")
+			ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(n.Inactive), name, vs, rs, "inactive")
 		}
 	}
 }

@@ -147,3 +147,21 @@ lbd_ipvs_stats_read_errors 1
 		t.Error(err)
 	}
 }
+
+func TestRealServerMetrics(t *testing.T) {
+	m := New()
+	web := desired.Key{Addr: netip.MustParseAddr("192.0.2.10"), Port: 80, Protocol: config.TCP}
+	rs := netip.MustParseAddrPort("10.0.0.1:8080")
+	m.WatchRealServers(func() map[desired.Key]map[netip.AddrPort]ipvs.Conns {
+		return map[desired.Key]map[netip.AddrPort]ipvs.Conns{web: {rs: {Active: 3, Inactive: 9}}}
+	}, func() map[desired.Key]string { return map[desired.Key]string{web: "web"} })
+	want := `
+# HELP lbd_ipvs_real_server_connections A real server's connections in the kernel by state (active, inactive), as of the last full reconcile.
+# TYPE lbd_ipvs_real_server_connections gauge
+lbd_ipvs_real_server_connections{real_server="10.0.0.1:8080",service="web",state="active",virtual_server="192.0.2.10:80/tcp"} 3
+lbd_ipvs_real_server_connections{real_server="10.0.0.1:8080",service="web",state="inactive",virtual_server="192.0.2.10:80/tcp"} 9
+`
+	if err := testutil.GatherAndCompare(m.Registry(), strings.NewReader(want), "lbd_ipvs_real_server_connections"); err != nil {
+		t.Error(err)
+	}
+}

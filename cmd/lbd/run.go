@@ -208,6 +208,9 @@ func (d *daemon) start(ctx context.Context, cfg *config.Config) {
 			sr.Close()
 		})
 	}
+	if cfg.Status.RealServerMetrics {
+		d.m.WatchRealServers(d.dp.KernelConns, d.virtualServerNames)
+	}
 	d.wg.Go(func() { d.serveStatus(ctx, cfg.Status) })
 }
 
@@ -311,7 +314,7 @@ func (d *daemon) serveStatus(ctx context.Context, cfg config.Status) {
 		s := status.Build(buildVersion(), time.Now(), d.src.Status(), d.dp.View(), d.ann.Status(), d.health.ByKey())
 		s.Consul = d.consulStatus()
 		// Connection counts are read now: one read of /proc/net/ip_vs.
-		if dests, err := ipvs.Conns(); err == nil {
+		if dests, err := ipvs.ProcConns(); err == nil {
 			s.AddConns(conns(dests))
 		}
 		return s

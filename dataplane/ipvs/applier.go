@@ -94,6 +94,7 @@ type entry struct {
 type destState struct {
 	weight   int
 	conns    int       // active + inactive at the last dump
+	active   int       // at the last dump
 	draining time.Time // when it left the desired state; zero if it has not
 }
 
@@ -293,7 +294,7 @@ func (a *Applier) refresh(owned map[desired.Key]bool, want []desired.Service) er
 		e := &entry{svc: s, dests: make(map[netip.AddrPort]*destState, len(s.Dests))}
 		e.svc.Dests = nil
 		for _, d := range s.Dests {
-			ds := &destState{weight: d.Weight, conns: d.ActiveConns + d.InactiveConns}
+			ds := &destState{weight: d.Weight, conns: d.ActiveConns + d.InactiveConns, active: d.ActiveConns}
 			if old, ok := a.cache[s.Key]; ok {
 				if o, ok := old.dests[d.Addr]; ok {
 					ds.draining = o.draining
@@ -305,6 +306,24 @@ func (a *Applier) refresh(owned map[desired.Key]bool, want []desired.Service) er
 	}
 	a.cache, a.valid = cache, true
 	return nil
+}
+
+// Conns is a destination's connection counts in the kernel.
+type Conns struct{ Active, Inactive int }
+
+// KernelConns returns each destination's connection counts as of the last
+// full reconcile's dump (stale by up to sync_period): metrics read them
+// without a kernel dump per scrape.
+func (a *Applier) KernelConns() map[desired.Key]map[netip.AddrPort]Conns {
+	out := make(map[desired.Key]map[netip.AddrPort]Conns, len(a.cache))
+	for k, e := range a.cache {
+		m := make(map[netip.AddrPort]Conns, len(e.dests))
+		for addr, d := range e.dests {
+			m[addr] = Conns{Active: d.active, Inactive: d.conns - d.active}
+		}
+		out[k] = m
+	}
+	return out
 }
 
 // KernelWeights returns the weight each destination has in the kernel as

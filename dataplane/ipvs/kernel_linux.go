@@ -183,9 +183,9 @@ func (k *NetlinkKernel) DeleteDest(key desired.Key, addr netip.AddrPort) error {
 //	  -> 0A00000B:1F90      Masq    3      0          0
 //	TCP  [2001:0db8:0000:0000:0000:0000:0000:0010]:01BB rr persistent 10800
 //
-// Conns reads every destination with its connection counts from
+// ProcConns reads every destination with its connection counts from
 // /proc/net/ip_vs, without the netlink handle: safe while a sync runs.
-func Conns() (map[desired.Key][]Dest, error) {
+func ProcConns() (map[desired.Key][]Dest, error) {
 	f, err := os.Open(procIPVS)
 	if err != nil {
 		return nil, err
