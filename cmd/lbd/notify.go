@@ -46,6 +46,27 @@ func (n *notifier) onSync(res dataplane.SyncResult) {
 
 func (n *notifier) stopping() { n.send(sd.SdNotifyStopping) }
 
+// readyGrace is how long READY=1 waits for the first sync. A source that
+// does not answer at boot (Consul down) must not make systemd kill lbd at
+// TimeoutStartSec and restart it in a loop: the kernel keeps serving what
+// it holds, and lbd syncs as soon as the source answers.
+const readyGrace = 60 * time.Second
+
+// readyAfterGrace sends READY=1 after grace if no sync ran by then.
+func (n *notifier) readyAfterGrace(ctx context.Context, grace time.Duration) {
+	t := time.NewTimer(grace)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+		n.ready.Do(func() {
+			n.log.Warn("no sync yet: a source has not answered; telling systemd lbd is ready anyway (the kernel keeps what it holds)", "waited", grace)
+			n.send(sd.SdNotifyReady)
+			n.send("STATUS=ready, but waiting for every source's first answer before the first sync")
+		})
+	}
+}
+
 // syncLoop is the dataplane as the watchdog sees it.
 type syncLoop interface {
 	SyncingSince() (time.Time, bool)

@@ -95,3 +95,19 @@ func TestWatchdogStopsWhenASyncHangs(t *testing.T) {
 		t.Errorf("a hung sync still feeds the watchdog: %q", got)
 	}
 }
+
+func TestReadyAfterGraceWhenNoSyncRuns(t *testing.T) {
+	read := notifySocket(t)
+	n := &notifier{log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	go n.readyAfterGrace(t.Context(), 50*time.Millisecond)
+	n.onSync(dataplane.SyncResult{Waiting: true})
+	got := read(300 * time.Millisecond)
+	if len(got) != 3 || !strings.HasPrefix(got[0], "STATUS=waiting") || got[1] != "READY=1" || !strings.Contains(got[2], "waiting for every source") {
+		t.Fatalf("messages %q; want waiting, then READY=1 after the grace with a status saying why", got)
+	}
+	// A later first sync does not say READY again.
+	n.onSync(dataplane.SyncResult{Services: 1, Start: time.Now()})
+	if got := read(100 * time.Millisecond); len(got) != 1 || !strings.HasPrefix(got[0], "STATUS=1 virtual servers") {
+		t.Errorf("after the first sync: %q", got)
+	}
+}

@@ -199,6 +199,7 @@ func (d *daemon) start(ctx context.Context, cfg *config.Config) {
 	d.wg.Go(func() { hostaddrs.Follow(ctx, d.log, d.dp.SetHostAddrs) })
 	d.wg.Go(func() { d.dp.Loop(ctx) })
 	d.wg.Go(func() { watchdog(ctx, d.log, d.notify, d.dp) })
+	d.wg.Go(func() { d.notify.readyAfterGrace(ctx, readyGrace) })
 	if sr, err := ipvs.OpenStats(); err != nil {
 		d.log.Warn("IPVS counters unavailable in metrics", "error", err)
 	} else {
