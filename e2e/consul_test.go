@@ -150,22 +150,6 @@ tags = ["edge"]
 	dest := func(vs, real netip.AddrPort, w int) string {
 		return fmt.Sprintf("-a -t %s -r %s -m -w %d", vs, real, w)
 	}
-	waitRules := func(what string, want ...string) {
-		t.Helper()
-		eventually(t, what, func() error {
-			got := ipvsadmSave(t, dir)
-			for _, w := range want {
-				if strings.HasPrefix(w, "!") {
-					if slices.ContainsFunc(got, func(g string) bool { return strings.Contains(g, w[1:]) }) {
-						return fmt.Errorf("ipvsadm -Sn still has %q:\n%s", w[1:], strings.Join(got, "\n"))
-					}
-				} else if !slices.Contains(got, w) {
-					return fmt.Errorf("ipvsadm -Sn lacks %q:\n%s", w, strings.Join(got, "\n"))
-				}
-			}
-			return nil
-		})
-	}
 	servers := func(target netip.AddrPort, n int) map[string]int {
 		t.Helper()
 		return probeOK(t, client, topo.HTTP, target, n).ByServer()
@@ -173,12 +157,12 @@ tags = ["edge"]
 
 	t.Run("a registered real server gets traffic", func(t *testing.T) {
 		agent.register("web-1", "web", rs(0), false, nil, nil)
-		waitRules("web-1 in IPVS", dest(web, rs(0), 1))
+		waitRules(t, dir, "web-1 in IPVS", dest(web, rs(0), 1))
 		if got := servers(web, 4); got["rs1"] != 4 {
 			t.Errorf("answers by server %v; want all 4 from rs1", got)
 		}
 		agent.register("web-2", "web", rs(1), true, nil, map[string]string{"lbd-weight": "3"})
-		waitRules("web-2 in IPVS with its meta weight", dest(web, rs(0), 1), dest(web, rs(1), 3))
+		waitRules(t, dir, "web-2 in IPVS with its meta weight", dest(web, rs(0), 1), dest(web, rs(1), 3))
 		if got := servers(web, 8); got["rs1"] == 0 || got["rs2"] == 0 {
 			t.Errorf("answers by server %v; want both real servers", got)
 		}
@@ -196,14 +180,14 @@ tags = ["edge"]
 
 	t.Run("a critical check drains, deregistering stops new connections", func(t *testing.T) {
 		agent.call("PUT", "/v1/agent/check/fail/web-2-ttl", nil)
-		waitRules("web-2 drained", dest(web, rs(0), 1), dest(web, rs(1), 0))
+		waitRules(t, dir, "web-2 drained", dest(web, rs(0), 1), dest(web, rs(1), 0))
 		if got := servers(web, 6); got["rs2"] != 0 {
 			t.Errorf("a drained real server got new connections: %v", got)
 		}
 		agent.call("PUT", "/v1/agent/check/pass/web-2-ttl", nil)
-		waitRules("web-2 back", dest(web, rs(1), 3))
+		waitRules(t, dir, "web-2 back", dest(web, rs(1), 3))
 		agent.deregister("web-1")
-		waitRules("web-1 out of the desired state", "!"+rs(0).String()+" -m -w 1")
+		waitRules(t, dir, "web-1 out of the desired state", "!"+rs(0).String()+" -m -w 1")
 		if got := servers(web, 6); got["rs1"] != 0 || got["rs2"] != 6 {
 			t.Errorf("answers by server %v; want all from rs2 after web-1 left", got)
 		}
@@ -214,7 +198,7 @@ tags = ["edge"]
 		agent.register("api-1", "api", rs(2), false, []string{"lbd"}, meta)
 		// Outside the pool: refused and reported, the others unaffected.
 		agent.register("rogue-1", "rogue", rs(2), false, []string{"lbd"}, map[string]string{"lbd-vip": topo.VIP(9).String(), "lbd-port": "80"})
-		waitRules("the api virtual service", "-A -t "+api.String()+" -s rr", dest(api, rs(2), 1))
+		waitRules(t, dir, "the api virtual service", "-A -t "+api.String()+" -s rr", dest(api, rs(2), 1))
 		if got := servers(api, 4); got["rs3"] != 4 {
 			t.Errorf("answers by server %v; want all from rs3", got)
 		}
@@ -227,7 +211,7 @@ tags = ["edge"]
 		}
 		agent.deregister("api-1")
 		agent.deregister("rogue-1")
-		waitRules("the api virtual service gone", "!-A -t "+api.String())
+		waitRules(t, dir, "the api virtual service gone", "!-A -t "+api.String())
 	})
 
 	t.Run("Consul stopped: nothing Consul-sourced changes, file edits apply", func(t *testing.T) {
@@ -242,9 +226,9 @@ tags = ["edge"]
 		})
 		l.writeConfig(t, config+fmt.Sprintf("\n[[service]]\nname = \"static\"\nvips = [\"%s\"]\nport = 80\nsnat = \"never\"\nreal_server = [{ address = \"%s\", port = %d }]\n",
 			static.Addr(), rs(2).Addr(), rs(2).Port()))
-		waitRules("the file edit applied", dest(static, rs(2), 1))
+		waitRules(t, dir, "the file edit applied", dest(static, rs(2), 1))
 		for _, line := range before {
-			waitRules("Consul-sourced state kept", line)
+			waitRules(t, dir, "Consul-sourced state kept", line)
 		}
 		if got := servers(web, 4); got["rs2"] != 4 {
 			t.Errorf("web answers %v while Consul is down; want rs2 as before", got)
@@ -254,7 +238,7 @@ tags = ["edge"]
 	t.Run("Consul restarted: changes flow again", func(t *testing.T) {
 		agent.start()
 		agent.register("web-3", "web", rs(2), true, nil, nil)
-		waitRules("web-3 in IPVS after the restart", dest(web, rs(1), 3), dest(web, rs(2), 1))
+		waitRules(t, dir, "web-3 in IPVS after the restart", dest(web, rs(1), 3), dest(web, rs(2), 1))
 	})
 
 	t.Run("the VIP registration fails with the service", func(t *testing.T) {

@@ -68,20 +68,8 @@ real_server = [{ address = "%[6]s" }]
 	weight := func(vs netip.AddrPort, real string, w int) string {
 		return fmt.Sprintf("-a -t %s -r %s:80 -m -w %d", vs, real, w)
 	}
-	waitRules := func(what string, want ...string) {
-		t.Helper()
-		eventually(t, what, func() error {
-			got := ipvsadmSave(t, dir)
-			for _, w := range want {
-				if !slices.Contains(got, w) {
-					return fmt.Errorf("ipvsadm -Sn lacks %q:\n%s", w, strings.Join(got, "\n"))
-				}
-			}
-			return nil
-		})
-	}
 	// initial_state unhealthy: weight 0 until rise=2 checks pass.
-	waitRules("every real server up after its first checks", weight(web, rs(0), 1), weight(web, rs(1), 1), weight(quorum, rs(0), 1), weight(alone, rs(0), 1))
+	waitRules(t, dir, "every real server up after its first checks", weight(web, rs(0), 1), weight(web, rs(1), 1), weight(quorum, rs(0), 1), weight(alone, rs(0), 1))
 	waitServes(t, client, topo.HTTP, web)
 
 	t.Run("a dead real server is drained and gets no new connection", func(t *testing.T) {
@@ -93,7 +81,7 @@ real_server = [{ address = "%[6]s" }]
 		}
 		t.Logf("detection latency (kill -> weight 0 in IPVS): %v; interval 500ms x fall 2 + min_sync_period 100ms = 1.1s",
 			time.Since(killed).Round(10*time.Millisecond))
-		waitRules("rs1 drained", weight(web, rs(0), 0))
+		waitRules(t, dir, "rs1 drained", weight(web, rs(0), 0))
 		if per := probeOK(t, client, topo.HTTP, web, 10).ByServer(); per["rs2"] != 10 {
 			t.Errorf("answers %v; want all from rs2", per)
 		}
@@ -104,14 +92,14 @@ real_server = [{ address = "%[6]s" }]
 	})
 
 	t.Run("below quorum the sorry server serves", func(t *testing.T) {
-		waitRules("the sorry server in", weight(quorum, rs(2), 1), weight(quorum, rs(1), 0))
+		waitRules(t, dir, "the sorry server in", weight(quorum, rs(2), 1), weight(quorum, rs(1), 0))
 		if per := probeOK(t, client, topo.HTTP, quorum, 6).ByServer(); per["rs3"] != 6 {
 			t.Errorf("answers %v; want all from the sorry server rs3", per)
 		}
 	})
 
 	t.Run("with no healthy real server new connections are refused at once", func(t *testing.T) {
-		waitRules("alone's only real server drained", weight(alone, rs(0), 0))
+		waitRules(t, dir, "alone's only real server drained", weight(alone, rs(0), 0))
 		start := time.Now()
 		answers, err := client.Probe(topo.HTTP, alone, 1, requestTimeout)
 		if err != nil {
@@ -124,8 +112,8 @@ real_server = [{ address = "%[6]s" }]
 
 	t.Run("a restarted real server comes back after rise", func(t *testing.T) {
 		backends[0] = tp.RealServers[0].StartBackend(parent, topo.BackendConfig{HTTPPort: topo.BackendHTTPPort})
-		waitRules("rs1 back", weight(web, rs(0), 1), weight(quorum, rs(0), 1), weight(alone, rs(0), 1))
-		waitRules("the sorry server gone", weight(quorum, rs(1), 1))
+		waitRules(t, dir, "rs1 back", weight(web, rs(0), 1), weight(quorum, rs(0), 1), weight(alone, rs(0), 1))
+		waitRules(t, dir, "the sorry server gone", weight(quorum, rs(1), 1))
 		if s := strings.Join(ipvsadmSave(t, dir), "\n"); strings.Contains(s, rs(2)+":80 -m -w 1") {
 			t.Errorf("the sorry server still takes connections:\n%s", s)
 		}

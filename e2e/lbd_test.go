@@ -98,6 +98,25 @@ func waitIPVS(t *testing.T, dir *topo.Director, what string, want []string) {
 	})
 }
 
+// waitRules polls until ipvsadm -Sn on the director has every line of
+// want; a line starting with "!" is a fragment no line may contain.
+func waitRules(t *testing.T, dir *topo.Director, what string, want ...string) {
+	t.Helper()
+	eventually(t, what, func() error {
+		got := ipvsadmSave(t, dir)
+		for _, w := range want {
+			if frag, ok := strings.CutPrefix(w, "!"); ok {
+				if slices.ContainsFunc(got, func(g string) bool { return strings.Contains(g, frag) }) {
+					return fmt.Errorf("ipvsadm -Sn still has %q:\n%s", frag, strings.Join(got, "\n"))
+				}
+			} else if !slices.Contains(got, w) {
+				return fmt.Errorf("ipvsadm -Sn lacks %q:\n%s", w, strings.Join(got, "\n"))
+			}
+		}
+		return nil
+	})
+}
+
 // vipsOn returns the addresses on the director's lbd0.
 func vipsOn(t *testing.T, dir *topo.Director) []string {
 	t.Helper()
