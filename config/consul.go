@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/lbdproject/lbd/config/internal/tree"
 )
 
 // consulMeta maps the service meta keys of a Consul-defined virtual
@@ -84,7 +86,7 @@ func ServiceFromConsul(cfg *Config, name string, meta map[string]string) (Servic
 	_, hasVIP := meta["lbd-vip"]
 	_, hasPort := meta["lbd-port"]
 	if hasVIP && hasPort { // else the decoder would repeat what is missing
-		s = decodeService(&node{src: src, m: m})
+		s = decodeService(newNode(src, "", tree.FromMap(m)))
 		for _, e := range errs[n:] {
 			e.Key = metaKeyOf(e.Key)
 		}

@@ -232,7 +232,7 @@ func decodeService(n *node) Service {
 	}
 
 	var proto string
-	if v, ok := n.m["protocol"]; ok && v == "sctp" {
+	if v, ok := n.t.Get("protocol"); ok && v == "sctp" {
 		n.get("protocol")
 		n.errorf("protocol", "sctp is not supported yet (lbd has not proven it end to end); expected tcp or udp")
 	} else if n.oneOf("protocol", &proto, string(TCP), string(UDP)) {

@@ -12,6 +12,7 @@ import (
 	"github.com/BurntSushi/toml"
 
 	"github.com/lbdproject/lbd/config/internal/keypos"
+	"github.com/lbdproject/lbd/config/internal/tree"
 )
 
 // ConfDirOf returns the drop-in directory that belongs to a main file.
@@ -95,7 +96,15 @@ func Parse(files []string, contents [][]byte) (*Config, error) {
 }
 
 // parseTOML checks the syntax of one file and prepares it for decoding.
+// Plain files are read by tree.Parse, which finds the key positions on the
+// way; anything else by BurntSushi/toml (and keypos for the positions),
+// which has the last word on what is valid TOML and how it is refused.
 func parseTOML(name, text string, errs *ErrorList) (*node, bool) {
+	if !forceGeneric {
+		if root, ok := tree.Parse(text); ok {
+			return newNode(&source{name: name, tree: root, errs: errs}, "", root), true
+		}
+	}
 	var m map[string]any
 	if _, err := toml.Decode(text, &m); err != nil {
 		var pe toml.ParseError
@@ -111,8 +120,12 @@ func parseTOML(name, text string, errs *ErrorList) (*node, bool) {
 		return nil, false
 	}
 	src := &source{name: name, pos: keypos.Scan(text), errs: errs}
-	return &node{src: src, m: m}, true
+	return newNode(src, "", tree.FromMap(m)), true
 }
+
+// forceGeneric makes every file go the way of BurntSushi/toml and keypos,
+// so that tests can compare the two ways.
+var forceGeneric = false
 
 // refuseGlobals keeps global settings in the main file only, so that one
 // place says how the box behaves.

@@ -9,24 +9,83 @@ import (
 	"time"
 
 	"github.com/lbdproject/lbd/config/internal/keypos"
+	"github.com/lbdproject/lbd/config/internal/tree"
 )
 
 // source is one file being decoded: its name, its key positions and the
-// errors found so far (shared by all files of one load).
+// errors found so far (shared by all files of one load). The positions are
+// those of the tree itself when tree.Parse read the file, else keypos's.
 type source struct {
 	name string
+	tree *tree.Table
 	pos  map[string]keypos.Pos
 	errs *ErrorList
+	// known is the empty sequence of a trie of the sequences of keys that
+	// nodes are asked for, which most nodes share.
+	known *knownKeys
 }
 
 // at returns the position of path, or of its nearest ancestor that has one.
 func (s *source) at(path string) Pos {
+	if s.tree != nil {
+		if p, ok := s.tree.Find(path); ok {
+			return Pos{File: s.name, Line: int(p.Line), Col: int(p.Col)}
+		}
+		return Pos{File: s.name}
+	}
 	for p := path; p != ""; p = parent(p) {
 		if kp, ok := s.pos[p]; ok {
 			return Pos{File: s.name, Line: kp.Line, Col: kp.Col}
 		}
 	}
 	return Pos{File: s.name}
+}
+
+func (s *source) knownRoot() *knownKeys {
+	if s.known == nil {
+		s.known = &knownKeys{}
+	}
+	return s.known
+}
+
+// knownKeys is a sequence of distinct keys, in the order a node was asked
+// for them: the parent's sequence and one more key. Sequences are
+// interned as a trie, so that the thousands of nodes of one kind that are
+// asked for the same keys share one.
+type knownKeys struct {
+	key      string
+	parent   *knownKeys
+	children []*knownKeys
+}
+
+func (k *knownKeys) contains(key string) bool {
+	for ; k.parent != nil; k = k.parent {
+		if k.key == key {
+			return true
+		}
+	}
+	return false
+}
+
+// with returns the sequence of k and then key, which k does not contain.
+func (k *knownKeys) with(key string) *knownKeys {
+	for _, c := range k.children {
+		if c.key == key {
+			return c
+		}
+	}
+	c := &knownKeys{key: key, parent: k}
+	k.children = append(k.children, c)
+	return c
+}
+
+func (k *knownKeys) list() []string {
+	var out []string
+	for ; k.parent != nil; k = k.parent {
+		out = append(out, k.key)
+	}
+	slices.Reverse(out)
+	return out
 }
 
 func parent(path string) string {
@@ -41,8 +100,12 @@ func parent(path string) string {
 type node struct {
 	src   *source
 	path  string
-	m     map[string]any
-	known []string
+	t     *tree.Table
+	known *knownKeys // nil for none yet
+}
+
+func newNode(src *source, path string, t *tree.Table) *node {
+	return &node{src: src, path: path, t: t}
 }
 
 func (n *node) keyPath(key string) string {
@@ -59,43 +122,61 @@ func (n *node) keyPath(key string) string {
 func (n *node) pos(key string) Pos { return n.src.at(n.keyPath(key)) }
 
 func (n *node) errorf(key, format string, args ...any) {
-	p := n.keyPath(key)
+	// A key path may be a piece of the file's text: cloned, an error does
+	// not keep all of it alive.
+	p := strings.Clone(n.keyPath(key))
 	*n.src.errs = append(*n.src.errs, &Error{Pos: n.src.at(p), Key: p, Msg: fmt.Sprintf(format, args...)})
 }
 
 func (n *node) has(key string) bool {
-	_, ok := n.m[key]
+	_, ok := n.t.Get(key)
 	return ok
 }
 
 func (n *node) get(key string) (any, bool) {
-	if !slices.Contains(n.known, key) {
-		n.known = append(n.known, key)
+	if n.known == nil {
+		n.known = n.src.knownRoot()
 	}
-	v, ok := n.m[key]
-	return v, ok
+	if !n.known.contains(key) {
+		n.known = n.known.with(key)
+	}
+	return n.t.Get(key)
 }
 
 // finish reports the keys of the table that nobody asked for.
 func (n *node) finish() {
-	keys := make([]string, 0, len(n.m))
-	for k := range n.m {
-		keys = append(keys, k)
+	if n.known == nil {
+		n.known = n.src.knownRoot()
+	}
+	unknown := false
+	for _, e := range n.t.Entries() {
+		if !n.known.contains(e.Key) {
+			unknown = true
+			break
+		}
+	}
+	if !unknown {
+		return
+	}
+	known := n.known.list()
+	keys := make([]string, 0, n.t.Len())
+	for _, e := range n.t.Entries() {
+		keys = append(keys, e.Key)
 	}
 	slices.Sort(keys)
 	for _, k := range keys {
-		if slices.Contains(n.known, k) {
+		if slices.Contains(known, k) {
 			continue
 		}
 		msg := "unknown key"
-		if s := suggest(k, n.known); s != "" {
+		if s := suggest(k, known); s != "" {
 			msg += fmt.Sprintf(" (did you mean %q?)", s)
 		}
 		where := "here"
 		if n.path != "" {
 			where = "in [" + strings.TrimRight(stripIndex(n.path), "]") + "]"
 		}
-		n.errorf(k, "%s; accepted %s: %s", msg, where, strings.Join(n.known, ", "))
+		n.errorf(k, "%s; accepted %s: %s", msg, where, strings.Join(known, ", "))
 	}
 }
 
@@ -116,7 +197,7 @@ func stripIndex(path string) string {
 }
 
 func typeName(v any) string {
-	switch v.(type) {
+	switch x := v.(type) {
 	case string:
 		return "a string"
 	case int64:
@@ -125,12 +206,13 @@ func typeName(v any) string {
 		return "a float"
 	case bool:
 		return "a boolean"
-	case []any:
+	case *tree.Array:
+		if x.Headers {
+			return "an array of tables"
+		}
 		return "an array"
-	case map[string]any:
+	case *tree.Table:
 		return "a table"
-	case []map[string]any:
-		return "an array of tables"
 	}
 	return "a date/time"
 }
@@ -149,7 +231,9 @@ func (n *node) str(key string, dst *string) bool {
 		n.wrongType(key, v, "a string")
 		return false
 	}
-	*dst = s
+	// The string may be a piece of the file's text, which the
+	// configuration must not keep alive.
+	*dst = strings.Clone(s)
 	return true
 }
 
@@ -159,7 +243,8 @@ func (n *node) oneOf(key string, dst *string, accepted ...string) bool {
 	if !n.str(key, &s) {
 		return false
 	}
-	if !slices.Contains(accepted, s) {
+	i := slices.Index(accepted, s)
+	if i < 0 {
 		hint := ""
 		if g := suggest(s, accepted); g != "" {
 			hint = fmt.Sprintf(" (did you mean %q?)", g)
@@ -167,7 +252,7 @@ func (n *node) oneOf(key string, dst *string, accepted ...string) bool {
 		n.errorf(key, "%q is not accepted%s; expected one of: %s", s, hint, strings.Join(accepted, ", "))
 		return false
 	}
-	*dst = s
+	*dst = accepted[i] // the same string, without a copy
 	return true
 }
 
@@ -237,22 +322,24 @@ func (n *node) float(key string, dst *float64, lo, hi float64) bool {
 
 // duration decodes a Go duration string such as "1.5s" or "3h".
 func (n *node) duration(key string, dst *time.Duration, lo, hi time.Duration) bool {
-	var s string
-	want := fmt.Sprintf("a duration from %s to %s, such as \"%s\"", lo, hi, max(lo, time.Second))
+	want := func() string {
+		return fmt.Sprintf("a duration from %s to %s, such as \"%s\"", lo, hi, max(lo, time.Second))
+	}
 	if v, ok := n.get(key); ok && !isString(v) {
-		n.wrongType(key, v, want)
+		n.wrongType(key, v, want())
 		return false
 	}
+	var s string
 	if !n.str(key, &s) {
 		return false
 	}
 	d, err := time.ParseDuration(s)
 	if err != nil {
-		n.errorf(key, "%q is not a duration; expected %s", s, want)
+		n.errorf(key, "%q is not a duration; expected %s", s, want())
 		return false
 	}
 	if d < lo || d > hi {
-		n.errorf(key, "%s is out of range; expected %s", s, want)
+		n.errorf(key, "%s is out of range; expected %s", s, want())
 		return false
 	}
 	*dst = d
@@ -272,12 +359,12 @@ func (n *node) list(key, want string, elem func(k string, v any)) bool {
 	if !ok {
 		return false
 	}
-	arr, ok := v.([]any)
-	if !ok {
+	arr, ok := v.(*tree.Array)
+	if !ok || arr.Headers {
 		n.wrongType(key, v, "an array of "+want)
 		return false
 	}
-	for i, e := range arr {
+	for i, e := range arr.Elems {
 		elem(key+"["+strconv.Itoa(i)+"]", e)
 	}
 	return true
@@ -287,7 +374,7 @@ func (n *node) strings(key string, dst *[]string) bool {
 	var out []string
 	ok := n.list(key, "strings", func(k string, v any) {
 		if s, ok := v.(string); ok {
-			out = append(out, s)
+			out = append(out, strings.Clone(s))
 		} else {
 			n.wrongType(k, v, "a string")
 		}
@@ -363,12 +450,12 @@ func (n *node) table(key string) *node {
 	if !ok {
 		return nil
 	}
-	m, ok := v.(map[string]any)
+	t, ok := v.(*tree.Table)
 	if !ok {
 		n.wrongType(key, v, "a table ([..."+key+"])")
 		return nil
 	}
-	return &node{src: n.src, path: n.keyPath(key), m: m}
+	return newNode(n.src, n.keyPath(key), t)
 }
 
 // tables returns the elements of an array of tables, written either as
@@ -378,25 +465,22 @@ func (n *node) tables(key string) []*node {
 	if !ok {
 		return nil
 	}
-	var out []*node
-	add := func(i int, m map[string]any) {
-		out = append(out, &node{src: n.src, path: n.keyPath(key) + "[" + strconv.Itoa(i) + "]", m: m})
-	}
-	switch x := v.(type) {
-	case []map[string]any:
-		for i, m := range x {
-			add(i, m)
-		}
-	case []any:
-		for i, e := range x {
-			if m, ok := e.(map[string]any); ok {
-				add(i, m)
-			} else {
-				n.wrongType(key+"["+strconv.Itoa(i)+"]", e, "a table")
-			}
-		}
-	default:
+	arr, ok := v.(*tree.Array)
+	if !ok {
 		n.wrongType(key, v, "an array of tables ([["+key+"]])")
+		return nil
+	}
+	var out []*node
+	base := n.keyPath(key)
+	for i, e := range arr.Elems {
+		if t, ok := e.(*tree.Table); ok {
+			if out == nil {
+				out = make([]*node, 0, len(arr.Elems))
+			}
+			out = append(out, newNode(n.src, base+"["+strconv.Itoa(i)+"]", t))
+		} else {
+			n.wrongType(key+"["+strconv.Itoa(i)+"]", e, "a table")
+		}
 	}
 	return out
 }
