@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unsafe"
 )
 
 // Defaults, documented in docs/config-reference.md.
@@ -269,8 +270,13 @@ func decodeService(n *node) Service {
 	}
 	n.duration("drain_timeout", &s.DrainTimeout, 0, 24*time.Hour)
 
-	for _, t := range n.tables("real_server") {
-		s.RealServers = append(s.RealServers, decodeRealServer(t, &s))
+	if ts := n.tables("real_server"); len(ts) > 0 {
+		// Sized once: a RealServer is large, and append would leave up to
+		// half of a grown slice unused.
+		s.RealServers = n.src.reals.alloc(len(ts))
+		for _, t := range ts {
+			s.RealServers = append(s.RealServers, decodeRealServer(t, &s))
+		}
 	}
 	checkDuplicateRealServers(n, s.RealServers)
 	s.SourceRanges = n.prefixes("source_ranges")
@@ -291,31 +297,52 @@ func decodeService(n *node) Service {
 	}
 	decodeQuorum(n, &s)
 	s.path = n.path
-	s.keyPos = map[string]Pos{"name": n.pos("name"), "node_port": n.pos("node_port")}
-	for i := range s.VIPs {
-		k := fmt.Sprintf("vips[%d]", i)
-		s.keyPos[k] = n.pos(k)
+	s.namePos = n.pos("name")
+	if s.NodePort != 0 {
+		s.nodePortPos = n.pos("node_port")
+	}
+	if len(s.VIPs) > 0 {
+		s.vipPos = make([]Pos, len(s.VIPs))
+		for i := range s.VIPs {
+			s.vipPos[i] = n.pos("vips[" + strconv.Itoa(i) + "]")
+		}
 	}
 	n.finish()
 	return s
 }
 
 func decodeVIPs(n *node, s *Service) {
-	seen := map[netip.Addr]int{}
+	var seen map[netip.Addr]int // for many VIPs; few are compared in place
+	if len(s.VIPs) > smallList {
+		seen = make(map[netip.Addr]int, len(s.VIPs))
+	}
 	for i, a := range s.VIPs {
-		key := fmt.Sprintf("vips[%d]", i)
+		key := "vips[" + strconv.Itoa(i) + "]"
 		switch {
 		case !a.IsGlobalUnicast() || a.IsLinkLocalUnicast():
 			n.errorf(key, "%s is not a unicast address a client can reach (loopback, link-local, multicast and unspecified are refused); expected a routable unicast VIP", a)
 		case family(a) != family(s.VIPs[0]):
 			n.errorf(key, "%s is IPv%d but the first VIP %s is IPv%d; a service's real servers are of one family, so its VIPs must be too: expected a separate service for each family", a, family(a), s.VIPs[0], family(s.VIPs[0]))
 		}
-		if j, dup := seen[a]; dup {
+		// j is the latest earlier listing of the same VIP.
+		j, dup := -1, false
+		if seen != nil {
+			j, dup = seen[a]
+			seen[a] = i
+		} else {
+			for k := i - 1; k >= 0 && !dup; k-- {
+				j, dup = k, s.VIPs[k] == a
+			}
+		}
+		if dup {
 			n.errorf(key, "%s is listed twice (also vips[%d]); expected each VIP once", a, j)
 		}
-		seen[a] = i
 	}
 }
+
+// smallList is the length up to which duplicates are looked for by
+// comparing in place rather than with a map.
+const smallList = 16
 
 func decodeScheduling(n *node, s *Service) {
 	n.oneOf("scheduler", &s.Scheduler, schedulers...)
@@ -364,6 +391,36 @@ func decodeAnnounce(n *node, s *Service) {
 	}
 }
 
+// realServers hands out the RealServers slices of a file's services from
+// shared chunks. A slice of its own for each service would waste the
+// rounding up to the allocator's size class, ~10 % for the common sizes.
+// Each slice has cap == len, so that an append elsewhere copies it rather
+// than write into a neighbour. A nil *realServers allocates each slice.
+type realServers struct {
+	free []RealServer
+	// want is how many real servers the file's services still need, so
+	// that the last chunk is no larger than that.
+	want int
+}
+
+// realServerChunk is the most real servers of one chunk: ~256 KiB, so that a
+// service kept alive alone keeps little else with it.
+const realServerChunk = (256 << 10) / int(unsafe.Sizeof(RealServer{}))
+
+// alloc returns a slice with length 0 and capacity n.
+func (a *realServers) alloc(n int) []RealServer {
+	if a == nil || n >= realServerChunk {
+		return make([]RealServer, 0, n)
+	}
+	if len(a.free) < n {
+		a.free = make([]RealServer, min(realServerChunk, max(n, a.want)))
+	}
+	s := a.free[:0:n]
+	a.free = a.free[n:]
+	a.want -= n
+	return s
+}
+
 func decodeRealServer(n *node, s *Service) RealServer {
 	r := RealServer{Port: s.Port, Weight: 1, HealthCheck: s.HealthCheck, Pos: n.pos("")}
 	if !n.addr("address", &r.Address) && !n.has("address") {
@@ -391,16 +448,28 @@ func decodeRealServer(n *node, s *Service) RealServer {
 }
 
 func checkDuplicateRealServers(n *node, rss []RealServer) {
-	seen := map[netip.AddrPort]int{}
+	var seen map[netip.AddrPort]int // for many real servers
+	if len(rss) > smallList {
+		seen = make(map[netip.AddrPort]int, len(rss))
+	}
 	for i, r := range rss {
 		if !r.Address.IsValid() {
 			continue
 		}
-		if j, dup := seen[r.AddrPort()]; dup {
-			n.errorf(fmt.Sprintf("real_server[%d].address", i), "real server %s is listed twice (first at %s); expected each address:port once per service", r.AddrPort(), rss[j].Pos)
-			continue
+		// j is the first earlier real server with the same address:port.
+		j, dup := -1, false
+		if seen != nil {
+			if j, dup = seen[r.AddrPort()]; !dup {
+				seen[r.AddrPort()] = i
+			}
+		} else {
+			for k := 0; k < i && !dup; k++ {
+				j, dup = k, rss[k].Address.IsValid() && rss[k].AddrPort() == r.AddrPort()
+			}
 		}
-		seen[r.AddrPort()] = i
+		if dup {
+			n.errorf(fmt.Sprintf("real_server[%d].address", i), "real server %s is listed twice (first at %s); expected each address:port once per service", r.AddrPort(), rss[j].Pos)
+		}
 	}
 }
 

@@ -7,7 +7,9 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
+	"unsafe"
 
 	"github.com/BurntSushi/toml"
 
@@ -56,17 +58,29 @@ func Load(path string) (*Config, error) {
 			return nil, fmt.Errorf("reading configuration: %w", err)
 		}
 	}
-	return Parse(files, contents)
+	return parse(files, func(i int) string {
+		// The bytes are Load's own and never change: they can be the text
+		// without a copy. Nothing keeps a piece of it (see tree.Parse and
+		// node.str), so each file's bytes go once it is parsed.
+		b := contents[i]
+		contents[i] = nil
+		return unsafe.String(unsafe.SliceData(b), len(b))
+	})
 }
 
 // Parse is Load on contents already read: files[0] is the main file, the
 // rest are drop-ins that may hold only [[service]] tables.
 func Parse(files []string, contents [][]byte) (*Config, error) {
+	return parse(files, func(i int) string { return string(contents[i]) })
+}
+
+// parse parses and decodes files; text(i) returns the content of files[i].
+func parse(files []string, text func(int) string) (*Config, error) {
 	cfg := Defaults()
 	cfg.Files = slices.Clone(files)
 	var errs ErrorList
 	for i, name := range files {
-		root, ok := parseTOML(name, string(contents[i]), &errs)
+		root, ok := parseTOML(name, text(i), &errs)
 		if !ok {
 			continue
 		}
@@ -75,8 +89,15 @@ func Parse(files []string, contents [][]byte) (*Config, error) {
 		} else {
 			refuseGlobals(root, files[0])
 		}
-		for _, t := range root.tables("service") {
+		ts := root.tables("service")
+		cfg.Services = slices.Grow(cfg.Services, len(ts))
+		root.src.reals = &realServers{want: countRealServers(ts)}
+		for j, t := range ts {
 			cfg.Services = append(cfg.Services, decodeService(t))
+			// Nothing looks into a decoded service's table again: let its
+			// memory go while the next ones are decoded.
+			t.t.Drop()
+			ts[j] = nil
 		}
 		root.finish()
 	}
@@ -93,6 +114,24 @@ func Parse(files []string, contents [][]byte) (*Config, error) {
 		return nil, errs
 	}
 	return &cfg, nil
+}
+
+// countRealServers counts the tables in the real_server arrays of services,
+// which is how many RealServers decodeService will need.
+func countRealServers(services []*node) int {
+	n := 0
+	for _, s := range services {
+		if v, ok := s.t.Get("real_server"); ok {
+			if a, ok := v.(*tree.Array); ok {
+				for _, e := range a.Elems {
+					if _, ok := e.(*tree.Table); ok {
+						n++
+					}
+				}
+			}
+		}
+	}
+	return n
 }
 
 // parseTOML checks the syntax of one file and prepares it for decoding.
@@ -143,17 +182,27 @@ func validate(cfg *Config, errs *ErrorList) {
 		service string
 		pos     Pos
 	}
-	names := map[string]Pos{}
-	claims := map[string]claim{}
+	// what is claimed: a VIP:port/protocol, or a node port/protocol (with
+	// no address).
+	type what struct {
+		ap    netip.AddrPort
+		proto Protocol
+	}
+	names := make(map[string]Pos, len(cfg.Services))
+	claims := make(map[what]claim, len(cfg.Services))
 	add := func(s *Service, key, format string, args ...any) {
 		*errs = append(*errs, &Error{Pos: s.at(key), Key: s.path + "." + key, Msg: fmt.Sprintf(format, args...)})
 	}
-	claimOnce := func(s *Service, what, key string) {
-		if c, dup := claims[what]; dup {
-			add(s, key, "%s is claimed by service %q here and by service %q at %s; expected each VIP:port/protocol in one service", what, s.Name, c.service, c.pos)
+	claimOnce := func(s *Service, w what, key string) {
+		if c, dup := claims[w]; dup {
+			desc := fmt.Sprintf("%s/%s", w.ap, w.proto)
+			if !w.ap.Addr().IsValid() {
+				desc = fmt.Sprintf("node port %d/%s", w.ap.Port(), w.proto)
+			}
+			add(s, key, "%s is claimed by service %q here and by service %q at %s; expected each VIP:port/protocol in one service", desc, s.Name, c.service, c.pos)
 			return
 		}
-		claims[what] = claim{s.Name, s.at(key)}
+		claims[w] = claim{s.Name, s.at(key)}
 	}
 	for i := range cfg.Services {
 		s := &cfg.Services[i]
@@ -163,12 +212,12 @@ func validate(cfg *Config, errs *ErrorList) {
 			names[s.Name] = s.at("name")
 		}
 		for j, v := range s.VIPs {
-			claimOnce(s, fmt.Sprintf("%s/%s", netip.AddrPortFrom(v, s.Port), s.Protocol), fmt.Sprintf("vips[%d]", j))
+			claimOnce(s, what{netip.AddrPortFrom(v, s.Port), s.Protocol}, "vips["+strconv.Itoa(j)+"]")
 		}
 		if s.NodePort == 0 {
 			continue
 		}
-		claimOnce(s, fmt.Sprintf("node port %d/%s", s.NodePort, s.Protocol), "node_port")
+		claimOnce(s, what{netip.AddrPortFrom(netip.Addr{}, s.NodePort), s.Protocol}, "node_port")
 		d := cfg.Dataplane
 		if len(d.NodeCIDRs) == 0 {
 			add(s, "node_port", "service %q is NodePort-like but no node addresses are configured; expected node_cidrs = [...] in [dataplane] of %s", s.Name, cfg.Files[0])

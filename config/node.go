@@ -23,6 +23,7 @@ type source struct {
 	// known is the empty sequence of a trie of the sequences of keys that
 	// nodes are asked for, which most nodes share.
 	known *knownKeys
+	reals *realServers
 }
 
 // at returns the position of path, or of its nearest ancestor that has one.

@@ -8,6 +8,8 @@ import (
 	"net/netip"
 	"reflect"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -246,17 +248,31 @@ type Service struct {
 
 	// Pos is where the service's table starts: its provenance.
 	Pos Pos
-	// path and keyPos locate the keys that checks across services point at.
-	path   string
-	keyPos map[string]Pos
+	// path and the positions below locate the keys that checks across
+	// services point at: name, node_port (when set) and each of vips.
+	path                 string
+	namePos, nodePortPos Pos
+	vipPos               []Pos
 }
 
-// at returns the position of one of the service's keys, or of the service.
+// at returns the position of one of the keys "name", "node_port" and
+// "vips[i]", as recorded when the service was decoded, or of the service.
 func (s *Service) at(key string) Pos {
-	if p, ok := s.keyPos[key]; ok {
-		return p
+	var p Pos
+	switch {
+	case key == "name":
+		p = s.namePos
+	case key == "node_port":
+		p = s.nodePortPos
+	case strings.HasPrefix(key, "vips[") && strings.HasSuffix(key, "]"):
+		if i, err := strconv.Atoi(key[len("vips[") : len(key)-1]); err == nil && i >= 0 && i < len(s.vipPos) {
+			p = s.vipPos[i]
+		}
 	}
-	return s.Pos
+	if p == (Pos{}) {
+		return s.Pos
+	}
+	return p
 }
 
 // Family returns 4 or 6: the address family of the service's VIPs, or of
@@ -397,7 +413,7 @@ func (s *Service) Same(o *Service) bool {
 
 func (s *Service) withoutProvenance() Service {
 	c := *s
-	c.Pos, c.path, c.keyPos = Pos{}, "", nil
+	c.Pos, c.path, c.namePos, c.nodePortPos, c.vipPos = Pos{}, "", Pos{}, Pos{}, nil
 	c.RealServers = slices.Clone(s.RealServers)
 	for i := range c.RealServers {
 		c.RealServers[i].Pos = Pos{}
