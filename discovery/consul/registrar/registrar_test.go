@@ -135,12 +135,14 @@ func TestRegistrarRegistersUpdatesAndDeregisters(t *testing.T) {
 	r.Set([]Registration{vip("lbd-web-1", true, "3 of 3 real servers healthy")})
 	eventually(t, "a passing registration", want(t, c, "web-vip", "lbd-web-1",
 		`192.0.2.10:443 meta=true check=passing output="3 of 3 real servers healthy"`))
-	if st := r.Status(); st.Desired != 1 || st.Registered != 1 || st.Err != "" || st.LastSync.IsZero() {
-		t.Errorf("Status = %+v, want 1 desired and registered, no error", st)
-	}
-	if regs := r.Registrations(); len(regs) != 1 || !regs[0].Registered || regs[0].Error != "" || regs[0].ID != "lbd-web-1" {
-		t.Errorf("Registrations = %+v, want lbd-web-1 registered", regs)
-	}
+	eventually(t, "Status and Registrations", func() string {
+		st, regs := r.Status(), r.Registrations()
+		if st.Desired != 1 || st.Registered != 1 || st.Err != "" || st.LastSync.IsZero() ||
+			len(regs) != 1 || !regs[0].Registered || regs[0].Error != "" || regs[0].ID != "lbd-web-1" {
+			return fmt.Sprintf("Status = %+v, Registrations = %+v, want lbd-web-1 registered, no error", st, regs)
+		}
+		return ""
+	})
 
 	r.Set([]Registration{vip("lbd-web-1", false, "0 of 3 real servers healthy")})
 	eventually(t, "the check critical", want(t, c, "web-vip", "lbd-web-1",
@@ -155,9 +157,13 @@ func TestRegistrarRegistersUpdatesAndDeregisters(t *testing.T) {
 
 	r.Set(nil)
 	eventually(t, "the registration gone", want(t, c, "web-vip", "lbd-web-1", "absent"))
-	if st := r.Status(); st.Desired != 0 || st.Err != "" {
-		t.Errorf("Status = %+v, want nothing desired, no error", st)
-	}
+	// Status follows when the round that removed it ends.
+	eventually(t, "Status with nothing desired", func() string {
+		if st := r.Status(); st.Desired != 0 || st.Registered != 0 || st.Err != "" {
+			return fmt.Sprintf("Status = %+v, want nothing desired, no error", st)
+		}
+		return ""
+	})
 }
 
 func TestRegistrarRemovesStaleRegistrationsOnlyAfterTheFirstSet(t *testing.T) {

@@ -10,10 +10,12 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	mrand "math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -43,9 +45,10 @@ type Agent struct {
 	Token string
 
 	t    testing.TB
+	opts Options
 	bin  string
 	dir  string
-	http int
+	http int // kept across restarts: clients keep their address
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -104,7 +107,7 @@ func repoRoot() (string, error) {
 // agent is stopped when the test ends.
 func Start(t testing.TB, opts Options) *Agent {
 	t.Helper()
-	a := &Agent{t: t, bin: Binary(t), dir: t.TempDir()}
+	a := &Agent{t: t, opts: opts, bin: Binary(t), dir: t.TempDir()}
 	if opts.ACL {
 		a.Token = uuid(t)
 	}
@@ -114,36 +117,48 @@ func Start(t testing.TB, opts Options) *Agent {
 		}
 		a.Stop()
 	})
-	// Free ports can be taken between choosing and binding them: try a
-	// few sets.
+	if err := a.launch(); err != nil {
+		t.Fatalf("starting consul agent: %v\n%s", err, a.outputTail())
+	}
+	return a
+}
+
+// launch configures and starts the agent, keeping its HTTP port once it
+// has one. A free port can be taken between choosing and binding it, and a
+// port an agent just released can stay unusable for a while (connections
+// lingering in the kernel): the other ports are chosen anew on each try.
+func (a *Agent) launch() error {
 	var err error
-	for range 3 {
-		if err = a.configure(opts); err != nil {
-			break
+	for try := range 5 {
+		time.Sleep(time.Duration(try) * 200 * time.Millisecond)
+		if err = a.configure(); err != nil {
+			return err
 		}
 		if err = a.start(); err == nil {
-			return a
+			return nil
 		}
 		a.Stop()
 	}
-	t.Fatalf("starting consul agent: %v\n%s", err, a.outputTail())
-	return nil
+	return err
 }
 
 // configure chooses ports and writes the agent's configuration.
-func (a *Agent) configure(opts Options) error {
+func (a *Agent) configure() error {
 	ports, err := freePorts(4)
 	if err != nil {
 		return err
 	}
-	a.http = ports[0]
+	if a.http == 0 {
+		a.http = ports[0]
+	}
+	ports[0] = a.http
 	var b strings.Builder
 	fmt.Fprintf(&b, "ports {\n  http = %d\n  dns = -1\n  serf_lan = %d\n  serf_wan = %d\n  server = %d\n  grpc = -1\n  grpc_tls = -1\n}\n",
 		ports[0], ports[1], ports[2], ports[3])
-	if opts.ACL {
+	if a.opts.ACL {
 		fmt.Fprintf(&b, "acl {\n  enabled = true\n  default_policy = \"deny\"\n  tokens {\n    initial_management = %q\n    agent = %q\n  }\n}\n", a.Token, a.Token)
 	}
-	b.WriteString(opts.HCL)
+	b.WriteString(a.opts.HCL)
 	b.WriteString("\n")
 	return os.WriteFile(filepath.Join(a.dir, "agent.hcl"), []byte(b.String()), 0o600)
 }
@@ -157,14 +172,25 @@ func (a *Agent) start() error {
 		"-log-level", "info")
 	out := &syncBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("running %s: %w", a.bin, err)
-	}
+	cmd.SysProcAttr = sysProcAttr()
+	// The kernel's parent-death signal follows the thread that started the
+	// process, not the process: start and wait for it on one locked thread,
+	// which Go ends only after the agent has exited.
+	started := make(chan error, 1)
 	done := make(chan struct{})
 	go func() {
+		runtime.LockOSThread()
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
 		_ = cmd.Wait()
 		close(done)
 	}()
+	if err := <-started; err != nil {
+		return fmt.Errorf("running %s: %w", a.bin, err)
+	}
 	a.mu.Lock()
 	a.cmd, a.done, a.out = cmd, done, out
 	a.mu.Unlock()
@@ -244,14 +270,15 @@ func (a *Agent) Stop() {
 	}
 }
 
-// Restart stops the agent and starts it again on the same ports. A -dev
-// agent keeps no catalog: its servers' state and indexes start anew, but
-// the agent registers again the services and checks registered through it,
-// which it keeps in its data directory (TTL checks come back critical).
+// Restart stops the agent and starts it again on the same HTTP port (its
+// internal ports may change). A -dev agent keeps no catalog: its server
+// state and indexes start anew, but the agent registers again the services
+// and checks registered through it, which it keeps in its data directory
+// (TTL checks come back critical).
 func (a *Agent) Restart() {
 	a.t.Helper()
 	a.Stop()
-	if err := a.start(); err != nil {
+	if err := a.launch(); err != nil {
 		a.t.Fatalf("restarting consul agent: %v\n%s", err, a.outputTail())
 	}
 }
@@ -264,7 +291,7 @@ func (a *Agent) RestartClean() {
 	if err := os.RemoveAll(filepath.Join(a.dir, "data")); err != nil {
 		a.t.Fatalf("removing the agent's data directory: %v", err)
 	}
-	if err := a.start(); err != nil {
+	if err := a.launch(); err != nil {
 		a.t.Fatalf("restarting consul agent: %v\n%s", err, a.outputTail())
 	}
 }
@@ -284,8 +311,15 @@ func (a *Agent) outputTail() string {
 }
 
 // freePorts returns n distinct ports free for both TCP and UDP on
-// 127.0.0.1 (Serf uses both).
+// 127.0.0.1 (Serf uses both). They are chosen at random below the kernel's
+// ephemeral range: a port the kernel hands out for :0 or to an outgoing
+// connection could be taken again while the agent restarts, and tests make
+// many short connections.
 func freePorts(n int) ([]int, error) {
+	lo, hi := 10000, ephemeralStart()-1
+	if hi-lo < 1000 {
+		return nil, fmt.Errorf("no room for test ports below the ephemeral range (starts at %d)", hi+1)
+	}
 	var ports []int
 	var closers []func() error
 	defer func() {
@@ -293,21 +327,37 @@ func freePorts(n int) ([]int, error) {
 			_ = c()
 		}
 	}()
-	for len(ports) < n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+	for tries := 0; len(ports) < n; tries++ {
+		if tries > 1000 {
+			return nil, errors.New("no free ports found")
+		}
+		p := lo + mrand.IntN(hi-lo+1)
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
 		if err != nil {
-			return nil, fmt.Errorf("choosing a port: %w", err)
+			continue
 		}
 		closers = append(closers, l.Close)
-		p := l.Addr().(*net.TCPAddr).Port
 		u, err := net.ListenPacket("udp", fmt.Sprintf("127.0.0.1:%d", p))
 		if err != nil {
-			continue // taken for UDP: try another
+			continue
 		}
 		closers = append(closers, u.Close)
 		ports = append(ports, p)
 	}
 	return ports, nil
+}
+
+// ephemeralStart is the first port of the kernel's ephemeral range.
+func ephemeralStart() int {
+	data, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 32768 // Linux's default
+	}
+	var lo, hi int
+	if _, err := fmt.Sscan(string(data), &lo, &hi); err != nil {
+		return 32768
+	}
+	return lo
 }
 
 func uuid(t testing.TB) string {
