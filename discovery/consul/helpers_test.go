@@ -98,7 +98,7 @@ func waitFor(t *testing.T, w *Watcher, what string, ok func(Snapshot) bool) Snap
 				return s
 			}
 		case <-timeout:
-			t.Fatalf("waiting for %s: not seen after %v; latest snapshot:\n%s", what, patience, dump(last))
+			t.Fatalf("waiting for %s: not seen after %v; latest snapshot:\n%sstatus: %+v", what, patience, dump(last), w.Status())
 		}
 	}
 }
@@ -154,6 +154,24 @@ func register(t *testing.T, c *api.Client, r reg) {
 	}, api.ServiceRegisterOpts{ReplaceExistingChecks: true})
 	if err != nil {
 		t.Fatalf("registering %s: %v", r.ID, err)
+	}
+}
+
+// inCatalog waits until the agent has synced instance id of service to
+// the catalog, so that a test waiting for the Watcher afterwards tells the
+// Watcher's delays from the agent's.
+func inCatalog(t *testing.T, agent *consultest.Agent, service, id string) {
+	t.Helper()
+	deadline := time.Now().Add(patience)
+	for {
+		entries, _, err := agent.Client("").Catalog().Service(service, "", nil)
+		if err == nil && slices.ContainsFunc(entries, func(e *api.CatalogService) bool { return e.ServiceID == id }) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the agent did not sync %s to the catalog within %v (last error %v)", id, patience, err)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 

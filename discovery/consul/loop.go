@@ -22,7 +22,8 @@ const burst = 3
 type dcState struct {
 	name   string
 	cancel context.CancelFunc
-	polls  [numPollKinds]pollState
+	polls  [numPollKinds]pollState // the loop's
+	ctl    [numPollKinds]pollCtl   // the pollers'; see resync
 	// checks digests the latest /v1/health/state/any answer, to tell
 	// which services a change concerns.
 	checks map[checkRef]checkDigest
@@ -54,6 +55,15 @@ func (d *dcState) maxIndex() uint64 {
 		m = max(m, p.index)
 	}
 	return m
+}
+
+// suspect forgets the datacenter's trigger indexes after a sign that the
+// agent went away (see resync): none may count in maxIndex until its
+// trigger has read again.
+func (d *dcState) suspect() {
+	for k := range d.polls {
+		d.polls[k].index = 0
+	}
 }
 
 // fetchState is what is known of one /v1/health/service read.
@@ -267,11 +277,13 @@ func (l *loop) onPoll(ev pollEvent) {
 	ps.outcome = true
 	if ev.err != nil {
 		ps.err = ev.err
+		d.suspect()
 		return
 	}
 	ps.err = nil
 	ps.index = ev.index
 	l.contacted = true
+	l.log.Debug("Consul change trigger", "endpoint", ev.kind.String(), "datacenter", d.name, "index", ev.index, "reset", ev.reset)
 	if ev.reset {
 		// A first answer, or one after errors or an index reset: the index
 		// may now count from somewhere else, so what earlier reads saw
@@ -356,6 +368,7 @@ func (l *loop) maybeRefresh(ctx context.Context) {
 		delete(l.pending, k)
 		l.fetches[k].seen = l.dcs[k.dc].maxIndex()
 	}
+	l.log.Debug("reading Consul services", "count", len(keys))
 	l.refreshing = true
 	l.wg.Add(1)
 	go func() {
@@ -372,6 +385,17 @@ func (l *loop) maybeRefresh(ctx context.Context) {
 func (l *loop) onResults(res []fetchResult) {
 	l.refreshing = false
 	failed := false
+	for _, r := range res {
+		if r.err != nil && !isStatusError(r.err) {
+			// The agent did not answer: the triggers may be waiting on
+			// one that is gone or restarted without knowing it.
+			for _, d := range l.dcs {
+				d.resync(numPollKinds)
+				d.suspect()
+			}
+			break
+		}
+	}
 	for _, r := range res {
 		fs := l.fetches[r.key]
 		if fs == nil {

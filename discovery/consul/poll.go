@@ -3,6 +3,8 @@ package consul
 import (
 	"context"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/consul/api"
@@ -42,6 +44,40 @@ type pollEvent struct {
 	checks   api.HealthChecks    // checksPoll
 }
 
+// pollCtl lets one trigger of a datacenter make the others read again.
+type pollCtl struct {
+	resync atomic.Bool // read without blocking before waiting again
+	mu     sync.Mutex
+	cancel context.CancelFunc // of the blocking request in flight, or nil
+}
+
+// resync makes d's triggers, except the one of kind except (numPollKinds
+// for none), read without blocking before they wait again, and interrupts
+// their blocking requests.
+//
+// A trigger that fails or sees its index go backwards, or a read that
+// cannot reach the agent, has found the agent gone, restarted or
+// restored. The triggers may not have noticed: a long-poll may have been
+// answered ("nothing new") while the agent shut down and the next one sent
+// to the restarted agent with the old index. Consul then holds that query
+// until the index passes the old one, or for the whole WaitTime (seen with
+// a real agent). Non-blocking reads (retries) are left alone, so that two
+// failing triggers do not keep cutting each other's backoff short.
+func (d *dcState) resync(except pollKind) {
+	for k := range d.ctl {
+		if pollKind(k) == except {
+			continue
+		}
+		c := &d.ctl[k]
+		c.resync.Store(true)
+		c.mu.Lock()
+		if c.cancel != nil {
+			c.cancel()
+		}
+		c.mu.Unlock()
+	}
+}
+
 // poll runs one change trigger of d until ctx is done: a blocking query
 // whose answers are sent to the loop when their index moves.
 func (l *loop) poll(ctx context.Context, d *dcState, kind pollKind) {
@@ -49,6 +85,7 @@ func (l *loop) poll(ctx context.Context, d *dcState, kind pollKind) {
 	// query return at once; the limiter keeps that from spinning.
 	lim := rate.NewLimiter(rate.Every(l.opts.MinInterval), burst)
 	bo := backoff.New(l.opts.MinRetry, l.opts.MaxRetry)
+	ctl := &d.ctl[kind]
 	var (
 		index uint64 // of the latest answer
 		have  bool   // index is valid to wait on
@@ -57,22 +94,40 @@ func (l *loop) poll(ctx context.Context, d *dcState, kind pollKind) {
 		if err := lim.Wait(ctx); err != nil {
 			return
 		}
+		if ctl.resync.Swap(false) {
+			have = false
+		}
 		var wait uint64 // 0: a non-blocking read
 		if have {
 			// Consul answers a wait index of 0 at once: never block on it.
 			wait = max(index, 1)
 		}
-		ev, err := l.pollOnce(ctx, d.name, kind, wait)
+		rctx, cancel := context.WithCancel(ctx)
+		if wait > 0 {
+			ctl.mu.Lock()
+			ctl.cancel = cancel
+			ctl.mu.Unlock()
+		}
+		ev, err := l.pollOnce(rctx, d.name, kind, wait)
+		ctl.mu.Lock()
+		ctl.cancel = nil
+		ctl.mu.Unlock()
+		interrupted := rctx.Err() != nil
+		cancel()
 		if ctx.Err() != nil {
 			return
+		}
+		if err != nil && interrupted {
+			continue // by resync: read again at once
 		}
 		l.noteRequest(err)
 		if err != nil {
 			// The agent may come back restarted, its index lower than
 			// ours: a blocking query on our index would then wait the
 			// whole WaitTime before saying so. Read without blocking
-			// first.
+			// first, and so must the other trigger.
 			have = false
+			d.resync(kind)
 			if !l.send(ctx, pollEvent{owner: d, kind: kind, err: err}) {
 				return
 			}
@@ -86,9 +141,10 @@ func (l *loop) poll(ctx context.Context, d *dcState, kind pollKind) {
 			// Consul's guidance: an index that goes backwards (a snapshot
 			// restore, a server behind the others) makes the wait index
 			// meaningless. Discard the answer and read again without
-			// blocking.
+			// blocking, and so must the other trigger.
 			l.log.Debug("Consul index went backwards; reading again", "endpoint", kind.String(), "datacenter", d.name, "was", index, "now", ev.index)
 			have = false
+			d.resync(kind)
 			continue
 		}
 		if have && ev.index == index {

@@ -141,6 +141,11 @@ func TestWatcherKeepsLastKnownWhileAgentIsDownAndFollowsAfterRestart(t *testing.
 	t.Parallel()
 	agent := consultest.Start(t, consultest.Options{})
 	var logs logBuffer
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("watcher log:\n%s", logs.String())
+		}
+	})
 	w := New(testOptions(t, clientFor(t, agent, ""), logs.logger()))
 	web := Query{Service: "web"}
 	w.SetQueries([]Query{web})
@@ -168,6 +173,7 @@ func TestWatcherKeepsLastKnownWhileAgentIsDownAndFollowsAfterRestart(t *testing.
 		t.Errorf("after restart: err = %q, want none", s.Err)
 	}
 	register(t, agent.Client(""), reg{ID: "web3", Name: "web", Address: "10.0.0.3", Port: 80})
+	inCatalog(t, agent, "web", "web3")
 	waitFor(t, w, "web3 after the restart", func(s Snapshot) bool {
 		return has(s, web.Key(), "[web1@10.0.0.1:80(critical) web3@10.0.0.3:80(passing)]")
 	})
