@@ -37,6 +37,9 @@ type Options struct {
 	// HCL is more agent configuration, such as
 	// `limits { http_max_conns_per_client = 20 }`.
 	HCL string
+	// HTTPS opens an HTTPS port too (see Agent.HTTPSAddr); HCL must then
+	// give the agent its certificate (a tls { defaults { ... } } block).
+	HTTPS bool
 }
 
 // Agent is a running (or stopped) Consul agent.
@@ -44,11 +47,12 @@ type Agent struct {
 	// Token is the management token of an ACL-enabled agent, else "".
 	Token string
 
-	t    testing.TB
-	opts Options
-	bin  string
-	dir  string
-	http int // kept across restarts: clients keep their address
+	t     testing.TB
+	opts  Options
+	bin   string
+	dir   string
+	http  int // kept across restarts: clients keep their address
+	https int // 0 without Options.HTTPS
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -144,17 +148,24 @@ func (a *Agent) launch() error {
 
 // configure chooses ports and writes the agent's configuration.
 func (a *Agent) configure() error {
-	ports, err := freePorts(4)
+	ports, err := freePorts(5)
 	if err != nil {
 		return err
+	}
+	if a.opts.HTTPS && a.https == 0 {
+		a.https = ports[4]
 	}
 	if a.http == 0 {
 		a.http = ports[0]
 	}
 	ports[0] = a.http
 	var b strings.Builder
-	fmt.Fprintf(&b, "ports {\n  http = %d\n  dns = -1\n  serf_lan = %d\n  serf_wan = %d\n  server = %d\n  grpc = -1\n  grpc_tls = -1\n}\n",
-		ports[0], ports[1], ports[2], ports[3])
+	https := -1
+	if a.opts.HTTPS {
+		https = a.https
+	}
+	fmt.Fprintf(&b, "ports {\n  http = %d\n  https = %d\n  dns = -1\n  serf_lan = %d\n  serf_wan = %d\n  server = %d\n  grpc = -1\n  grpc_tls = -1\n}\n",
+		ports[0], https, ports[1], ports[2], ports[3])
 	if a.opts.ACL {
 		fmt.Fprintf(&b, "acl {\n  enabled = true\n  default_policy = \"deny\"\n  tokens {\n    initial_management = %q\n    agent = %q\n  }\n}\n", a.Token, a.Token)
 	}
@@ -233,6 +244,9 @@ func (a *Agent) waitReady(done <-chan struct{}) error {
 	}
 	return fmt.Errorf("consul agent not ready after %v: %v", startTimeout, last)
 }
+
+// HTTPSAddr is the agent's HTTPS address, host:port (Options.HTTPS).
+func (a *Agent) HTTPSAddr() string { return fmt.Sprintf("127.0.0.1:%d", a.https) }
 
 // Addr is the agent's HTTP address, host:port.
 func (a *Agent) Addr() string { return fmt.Sprintf("127.0.0.1:%d", a.http) }
