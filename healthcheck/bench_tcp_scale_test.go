@@ -76,6 +76,7 @@ func TestScaleTCPOutOfProcess(t *testing.T) {
 	var ru0, ru1 syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
 	ctx, cancel := context.WithTimeout(t.Context(), duration)
+	running := scaleTestRunningMemory(ctx, duration/2)
 	start := time.Now()
 	m.Run(ctx)
 	cancel()
@@ -105,6 +106,9 @@ func TestScaleTCPOutOfProcess(t *testing.T) {
 		100*cpu.Seconds()/elapsed.Seconds(), 100*cpu.Seconds()/elapsed.Seconds()/(rate/1000), float64(cpu.Microseconds())/float64(total))
 	t.Logf("timer error |actual - scheduled|: p50 %v, p99 %v, max %v (interval %v; target p99 <= 10%%)",
 		p(0.5), p(0.99), lateness[len(lateness)-1], interval)
+	ms := <-running
+	t.Logf("memory while running: %.1f MiB heap, %.1f MiB goroutine stacks (%d goroutines)",
+		float64(ms.HeapAlloc)/(1<<20), float64(ms.StackInuse)/(1<<20), ms.goroutines)
 }
 
 // scaleTestHelper starts TestCheckerHelperServer serving TCP and returns

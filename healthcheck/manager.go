@@ -62,15 +62,38 @@ type Options struct {
 }
 
 // Manager runs the checks.
+//
+// One scheduler goroutine keeps the checks in a queue ordered by when each
+// is next due, sleeps until the first is due and hands every check due by
+// then to a worker goroutine of its own, so that a check that waits for a
+// slow server holds up no other. Workers outlive their checks and wait for
+// the next one, the most recently idle first, so that there are about as
+// many as checks run at once; one idle for workerIdle ends. Between its
+// checks a check costs nothing but its place in the queue: no goroutine,
+// no timer, no context (each check's context is a checkRun, which needs
+// no timer unless the checker waits on it).
 type Manager struct {
 	opts   Options
 	notify chan struct{}
 
 	mu      sync.Mutex
 	checks  map[checkID]*check
-	runCtx  context.Context // set by Run; nil before
-	running sync.WaitGroup
+	queue   checkQueue      // the started checks, by when they are next due
+	idle    []*worker       // idle workers, the most recently idle last
+	active  bool            // Run is running: Set starts checks
+	values  context.Context // Run's context without its cancellation: what checks' contexts hold
+	wake    chan struct{}   // tells the scheduler that checks were queued
+	running sync.WaitGroup  // the scheduler and the workers
 }
+
+// worker runs one check after another, as the scheduler hands them over.
+type worker struct {
+	work      chan *checkRun // nil: end
+	idleSince time.Duration  // on clock()
+}
+
+// workerIdle is how long a worker waits for a check before it ends.
+const workerIdle = 10 * time.Second
 
 type checkID struct {
 	target netip.AddrPort
@@ -81,10 +104,15 @@ type check struct {
 	id      checkID
 	hc      config.HealthCheck
 	checker Checker
-	keys    map[Key]bool
-	cancel  context.CancelFunc
+	keys    []Key  // sorted
+	service string // Target.Service: the first of keys' services by name
 
 	// guarded by Manager.mu
+	queued  bool          // in Manager.queue: started
+	offset  time.Duration // of its first slot from when it starts
+	run     *checkRun     // the check in flight, if any
+	removed bool          // no longer configured: leaves the queue when next due; a result in flight is dropped
+
 	healthy             bool
 	since               time.Time
 	successes, failures int
@@ -121,8 +149,8 @@ func definition(hc config.HealthCheck) string {
 // with a weight (a restart must not zero weights while checks warm up).
 func (m *Manager) Set(probes []Probe, seed map[netip.AddrPort]bool) {
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	want := map[checkID]*check{}
+	defs := map[string]string{} // one copy of each definition
 	now := time.Now()
 	for _, p := range probes {
 		if p.Check.Type == config.CheckNone {
@@ -132,27 +160,55 @@ func (m *Manager) Set(probes []Probe, seed map[netip.AddrPort]bool) {
 		if p.Check.Port != 0 {
 			target = netip.AddrPortFrom(p.Addr.Addr(), p.Check.Port)
 		}
-		id := checkID{target: target, def: definition(p.Check)}
+		def := definition(p.Check)
+		if d, ok := defs[def]; ok {
+			def = d
+		} else {
+			defs[def] = def
+		}
+		id := checkID{target: target, def: def}
 		c := want[id]
 		if c == nil {
 			if c = m.checks[id]; c == nil {
 				c = &check{id: id, hc: p.Check, healthy: p.Check.InitialHealthy || seed[p.Addr], since: now}
 			}
-			c.keys = map[Key]bool{}
+			c.keys = nil
 			want[id] = c
 		}
-		c.keys[Key{p.Service, p.Addr}] = true
+		c.keys = append(c.keys, Key{p.Service, p.Addr})
 	}
+	for _, c := range want {
+		if len(c.keys) > 1 {
+			slices.SortFunc(c.keys, func(a, b Key) int {
+				if c := cmp.Compare(a.Service, b.Service); c != 0 {
+					return c
+				}
+				return a.Addr.Compare(b.Addr)
+			})
+			c.keys = slices.Compact(c.keys)
+		}
+		c.service = c.keys[0].Service
+	}
+	var canceled []*checkRun
 	for id, c := range m.checks {
-		if _, ok := want[id]; !ok && c.cancel != nil {
-			c.cancel()
+		if _, ok := want[id]; ok {
+			continue
+		}
+		c.removed = true
+		if c.run != nil {
+			canceled = append(canceled, c.run)
 		}
 	}
 	m.checks = want
-	if m.runCtx != nil {
-		for _, c := range want {
-			m.start(c)
+	if m.active && m.start(want) {
+		select {
+		case m.wake <- struct{}{}:
+		default:
 		}
+	}
+	m.mu.Unlock()
+	for _, r := range canceled {
+		r.cancel(context.Canceled)
 	}
 	m.poke()
 }
@@ -164,46 +220,94 @@ func (m *Manager) poke() {
 	}
 }
 
-// start runs c's loop unless it runs already; m.mu is held.
-func (m *Manager) start(c *check) {
-	if c.cancel != nil {
-		return
-	}
-	if c.checker == nil {
-		ch, err := m.opts.NewChecker(c.hc)
-		if err != nil {
-			c.lastErr = "cannot check: " + err.Error()
-			m.opts.Logger.Error("health check cannot run", "target", c.id.target, "type", c.hc.Type, "error", err)
-			return
+// start queues the checks that are not queued yet, each due first at its
+// offset from now; it reports whether it queued any. m.mu is held.
+func (m *Manager) start(checks map[checkID]*check) bool {
+	var start []*check
+	for _, c := range checks {
+		if c.queued {
+			continue
 		}
-		c.checker = ch
+		if c.checker == nil {
+			ch, err := m.opts.NewChecker(c.hc)
+			if err != nil {
+				c.lastErr = "cannot check: " + err.Error()
+				m.opts.Logger.Error("health check cannot run", "target", c.id.target, "type", c.hc.Type, "error", err)
+				continue
+			}
+			c.checker = ch
+			c.offset = offset(c.id, c.hc.Interval)
+		}
+		start = append(start, c)
 	}
-	ctx, cancel := context.WithCancel(m.runCtx)
-	c.cancel = cancel
-	m.running.Add(1)
-	go func() {
-		defer m.running.Done()
-		m.loop(ctx, c)
-	}()
+	// Now, not before the checkers were made: that can take a while, and
+	// the first checks would start late, and stay behind their phase.
+	now := clock()
+	for _, c := range start {
+		c.queued = true
+		m.queue.push(queued{due: now + c.offset, c: c})
+	}
+	return len(start) > 0
 }
+
+// slack is how much before its slot a check may start, when the scheduler
+// is awake for another one anyway, so that checks due close together start
+// on one wakeup: 1/100 of its interval, and never more than maxSlack.
+func slack(interval time.Duration) time.Duration {
+	return min(interval/slackDivisor, maxSlack)
+}
+
+const (
+	slackDivisor = 100
+	maxSlack     = time.Millisecond
+)
 
 // Run runs the checks until ctx ends.
 func (m *Manager) Run(ctx context.Context) {
 	m.mu.Lock()
-	m.runCtx = ctx
-	for _, c := range m.checks {
-		m.start(c)
-	}
+	m.active = true
+	m.values = context.WithoutCancel(ctx)
+	m.wake = make(chan struct{}, 1)
+	m.start(m.checks)
+	m.running.Add(1)
+	go m.schedule(ctx, m.wake)
 	m.mu.Unlock()
 	m.poke()
 	for {
 		select {
 		case <-ctx.Done():
+			m.stop(ctx.Err())
 			m.running.Wait()
 			return
 		case <-m.notify:
 			m.opts.OnChange(m.Health())
 		}
+	}
+}
+
+// stop ends the schedule and cancels the checks in flight with err; their
+// results are dropped.
+func (m *Manager) stop(err error) {
+	m.mu.Lock()
+	m.active = false
+	for _, q := range m.queue {
+		q.c.queued = false
+	}
+	m.queue = nil
+	var canceled []*checkRun
+	for _, c := range m.checks {
+		if c.run != nil {
+			canceled = append(canceled, c.run)
+		}
+	}
+	idle := m.idle
+	m.idle = nil
+	m.mu.Unlock()
+	for _, r := range canceled {
+		r.cancel(err)
+	}
+	for _, w := range idle {
+		w.work <- nil
 	}
 }
 
@@ -216,52 +320,149 @@ func offset(id checkID, interval time.Duration) time.Duration {
 	return time.Duration(h.Sum64() % uint64(interval))
 }
 
-// loop checks on a fixed schedule: the next check is due a whole interval
-// after the previous one was due, not after it ended, so slow checks and a
-// loaded box do not make timers slip; a missed slot is skipped.
-func (m *Manager) loop(ctx context.Context, c *check) {
-	interval := c.hc.Interval
-	next := time.Now().Add(offset(c.id, interval))
-	timer := time.NewTimer(time.Until(next))
+// origin is the zero of clock.
+var origin = time.Now()
+
+// clock is the scheduler's monotonic time.
+func clock() time.Duration { return time.Since(origin) }
+
+// schedule starts the checks on a fixed schedule: a check is next due a
+// whole interval after it was last due, not after it ended, so slow checks
+// and a loaded box do not make it slip; a slot that has passed already, or
+// that comes while the check of an earlier one still runs, is skipped.
+func (m *Manager) schedule(ctx context.Context, wake <-chan struct{}) {
+	defer m.running.Done()
+	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
+	type handoff struct {
+		w *worker // nil: a new one
+		r *checkRun
+	}
+	var (
+		runs   []handoff
+		retire []*worker
+	)
 	for {
+		m.mu.Lock()
+		if !m.active {
+			m.mu.Unlock()
+			return
+		}
+		now := clock()
+		wait := time.Duration(-1)
+		for len(m.queue) > 0 {
+			q := &m.queue[0]
+			c := q.c
+			if c.removed {
+				c.queued = false
+				m.queue.pop()
+				continue
+			}
+			if q.due-slack(c.hc.Interval) > now {
+				wait = q.due - now
+				break
+			}
+			interval := c.hc.Interval
+			q.due += interval
+			if q.due <= now {
+				q.due += interval * ((now-q.due)/interval + 1)
+			}
+			m.queue.down(0)
+			if c.run != nil {
+				continue
+			}
+			c.run = &checkRun{c: c, target: Target{Addr: c.id.target, Service: c.service}, values: m.values}
+			var w *worker
+			if n := len(m.idle); n > 0 {
+				w = m.idle[n-1]
+				m.idle[n-1] = nil
+				m.idle = m.idle[:n-1]
+			}
+			runs = append(runs, handoff{w, c.run})
+		}
+		for len(m.idle) > 0 {
+			if left := m.idle[0].idleSince + workerIdle - now; left > 0 {
+				if wait < 0 || left < wait {
+					wait = left
+				}
+				break
+			}
+			retire = append(retire, m.idle[0])
+			m.idle[0] = nil
+			m.idle = m.idle[1:]
+		}
+		m.mu.Unlock()
+		for i, h := range runs {
+			if h.w != nil {
+				h.w.work <- h.r
+			} else {
+				m.running.Add(1)
+				go m.worker(h.r)
+			}
+			runs[i] = handoff{}
+		}
+		runs = runs[:0]
+		for i, w := range retire {
+			w.work <- nil
+			retire[i] = nil
+		}
+		retire = retire[:0]
+		if wait >= 0 {
+			timer.Reset(wait)
+		} else {
+			timer.Stop()
+		}
 		select {
 		case <-ctx.Done():
 			return
+		case <-wake:
 		case <-timer.C:
 		}
-		start := time.Now()
-		cctx, cancel := context.WithTimeout(ctx, c.hc.Timeout)
-		err := c.checker.Check(cctx, Target{Addr: c.id.target, Service: firstService(c)})
-		cancel()
-		if ctx.Err() != nil {
-			return
-		}
-		took := time.Since(start)
-		if m.opts.OnResult != nil {
-			m.opts.OnResult(c.hc.Type, took, err)
-		}
-		m.record(c, start, took, err)
-		next = next.Add(interval)
-		if now := time.Now(); !next.After(now) {
-			next = next.Add(interval * (now.Sub(next)/interval + 1))
-		}
-		timer.Reset(time.Until(next))
 	}
 }
 
-func firstService(c *check) string {
-	for k := range c.keys {
-		return k.Service
+// worker runs r, and then the checks the scheduler hands it, until it is
+// told to end.
+func (m *Manager) worker(r *checkRun) {
+	defer m.running.Done()
+	w := &worker{work: make(chan *checkRun, 1)}
+	for r != nil && m.check(r, w) {
+		r = <-w.work
 	}
-	return ""
+}
+
+// check runs r and records its result, then queues w as idle; it reports
+// false when w is to end instead, as Run has.
+func (m *Manager) check(r *checkRun, w *worker) bool {
+	c := r.c
+	start := time.Now()
+	r.deadline = start.Add(c.hc.Timeout)
+	err := c.checker.Check(r, r.target)
+	took := time.Since(start)
+	r.cancel(context.Canceled) // as a context's CancelFunc: releases what waits on it
+	m.mu.Lock()
+	c.run = nil
+	if !m.active {
+		m.mu.Unlock()
+		return false
+	}
+	w.idleSince = clock()
+	m.idle = append(m.idle, w)
+	if c.removed {
+		m.mu.Unlock()
+		return true
+	}
+	m.record(c, start, took, err)
+	m.mu.Unlock()
+	if m.opts.OnResult != nil {
+		m.opts.OnResult(c.hc.Type, took, err)
+	}
+	return true
 }
 
 // record applies one result: rise consecutive successes make a real
-// server healthy, fall consecutive failures unhealthy.
+// server healthy, fall consecutive failures unhealthy. m.mu is held.
 func (m *Manager) record(c *check, at time.Time, took time.Duration, err error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
 	c.lastCheck, c.lastDuration, c.lastErr = at, took, ""
 	if err != nil {
 		c.lastErr = err.Error()
@@ -286,11 +487,182 @@ func (m *Manager) record(c *check, at time.Time, took time.Duration, err error) 
 
 func services(c *check) []string {
 	var out []string
-	for k := range c.keys {
+	for _, k := range c.keys {
 		out = append(out, k.Service)
 	}
-	slices.Sort(out)
-	return slices.Compact(out)
+	return slices.Compact(out) // keys are sorted
+}
+
+// checkQueue is a 4-ary min-heap of checks by when they are next due;
+// the times are in the heap, not behind its pointers, so that ordering it
+// does not walk memory all over.
+type checkQueue []queued
+
+type queued struct {
+	due time.Duration // the check's next slot, on clock()
+	c   *check
+}
+
+func (q *checkQueue) push(e queued) {
+	*q = append(*q, e)
+	q.up(len(*q) - 1)
+}
+
+// pop removes the first check.
+func (q *checkQueue) pop() {
+	last := len(*q) - 1
+	(*q)[0] = (*q)[last]
+	(*q)[last] = queued{}
+	*q = (*q)[:last]
+	q.down(0)
+}
+
+func (q checkQueue) up(i int) {
+	e := q[i]
+	for i > 0 {
+		p := (i - 1) / 4
+		if q[p].due <= e.due {
+			break
+		}
+		q[i] = q[p]
+		i = p
+	}
+	q[i] = e
+}
+
+func (q checkQueue) down(i int) {
+	if i >= len(q) {
+		return
+	}
+	e := q[i]
+	for {
+		first := 4*i + 1
+		if first >= len(q) {
+			break
+		}
+		j := first
+		for k := first + 1; k < first+4 && k < len(q); k++ {
+			if q[k].due < q[j].due {
+				j = k
+			}
+		}
+		if e.due <= q[j].due {
+			break
+		}
+		q[i] = q[j]
+		i = j
+	}
+	q[i] = e
+}
+
+// checkRun is one check in flight, and the context its checker gets: it
+// holds the check's deadline and is canceled when the check is removed or
+// Run ends. It costs one allocation and, unless the checker waits on Done
+// or AfterFunc, no timer: Err compares the deadline with the clock. Values
+// are those of Run's context.
+type checkRun struct {
+	c        *check
+	target   Target
+	values   context.Context
+	deadline time.Time // set before the check starts
+
+	mu    sync.Mutex
+	err   error
+	done  chan struct{} // made by the first Done
+	timer *time.Timer   // fires at the deadline, once something waits for it
+	after []*runAfter
+}
+
+type runAfter struct{ f func() } // f nil: ran or stopped
+
+func (r *checkRun) Deadline() (time.Time, bool) { return r.deadline, true }
+
+func (r *checkRun) Value(key any) any { return r.values.Value(key) }
+
+func (r *checkRun) String() string { return "healthcheck.checkRun" }
+
+func (r *checkRun) Err() error {
+	r.mu.Lock()
+	err := r.err
+	r.mu.Unlock()
+	if err != nil || time.Until(r.deadline) > 0 {
+		return err
+	}
+	r.cancel(context.DeadlineExceeded)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.err
+}
+
+func (r *checkRun) Done() <-chan struct{} {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.done == nil {
+		r.done = make(chan struct{})
+		if r.err != nil {
+			close(r.done)
+		} else {
+			r.arm()
+		}
+	}
+	return r.done
+}
+
+// AfterFunc makes context.AfterFunc, and contexts made from this one,
+// wait for it without a goroutine of their own.
+func (r *checkRun) AfterFunc(f func()) (stop func() bool) {
+	r.mu.Lock()
+	if r.err != nil {
+		r.mu.Unlock()
+		go f()
+		return func() bool { return false }
+	}
+	a := &runAfter{f: f}
+	r.after = append(r.after, a)
+	r.arm()
+	r.mu.Unlock()
+	return func() bool {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		stopped := a.f != nil
+		a.f = nil
+		return stopped
+	}
+}
+
+// arm starts the deadline's timer; r.mu is held and r not done.
+func (r *checkRun) arm() {
+	if r.timer == nil {
+		r.timer = time.AfterFunc(time.Until(r.deadline), func() { r.cancel(context.DeadlineExceeded) })
+	}
+}
+
+// cancel ends r with err unless it has ended already.
+func (r *checkRun) cancel(err error) {
+	r.mu.Lock()
+	if r.err != nil {
+		r.mu.Unlock()
+		return
+	}
+	r.err = err
+	if r.done != nil {
+		close(r.done)
+	}
+	if r.timer != nil {
+		r.timer.Stop()
+	}
+	var fs []func()
+	for _, a := range r.after {
+		if a.f != nil {
+			fs = append(fs, a.f)
+			a.f = nil
+		}
+	}
+	r.after = nil
+	r.mu.Unlock()
+	for _, f := range fs {
+		go f()
+	}
 }
 
 // Health returns every checked real server's health.
@@ -299,7 +671,7 @@ func (m *Manager) Health() map[Key]bool {
 	defer m.mu.Unlock()
 	out := map[Key]bool{}
 	for _, c := range m.checks {
-		for k := range c.keys {
+		for _, k := range c.keys {
 			out[k] = c.healthy
 		}
 	}
@@ -330,7 +702,7 @@ func (m *Manager) ByKey() map[Key]Status {
 	out := map[Key]Status{}
 	for _, c := range m.checks {
 		st := statusOf(c)
-		for k := range c.keys {
+		for _, k := range c.keys {
 			out[k] = st
 		}
 	}

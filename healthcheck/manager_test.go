@@ -6,6 +6,7 @@ import (
 	"maps"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -192,6 +193,231 @@ func TestScheduleDoesNotSlip(t *testing.T) {
 		}
 		if first >= time.Second {
 			t.Errorf("first check at %v; want within the first interval", first)
+		}
+	})
+}
+
+// blockingChecker takes delay whatever ctx says, and counts the checks
+// in flight.
+type blockingChecker struct {
+	fakeChecker
+	inFlight, maxInFlight int
+}
+
+func (b *blockingChecker) Check(ctx context.Context, t Target) error {
+	b.mu.Lock()
+	b.calls[t.Addr] = append(b.calls[t.Addr], time.Since(b.start))
+	b.inFlight++
+	b.maxInFlight = max(b.maxInFlight, b.inFlight)
+	b.mu.Unlock()
+	time.Sleep(b.delay)
+	b.mu.Lock()
+	b.inFlight--
+	b.mu.Unlock()
+	return nil
+}
+
+// TestOverrunSkipsSlots: a check that runs past its next slot (a checker
+// that ignores its deadline) misses that slot, and keeps its phase.
+func TestOverrunSkipsSlots(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := &blockingChecker{fakeChecker: fakeChecker{calls: map[netip.AddrPort][]time.Duration{}, start: time.Now(), delay: 1500 * time.Millisecond}}
+		m := New(Options{NewChecker: func(config.HealthCheck) (Checker, error) { return b, nil }})
+		m.Set([]Probe{{"web", rs1, tcpCheck(true)}}, nil)
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		defer cancel()
+		m.Run(ctx)
+		calls := b.calls[rs1]
+		if len(calls) != 5 {
+			t.Fatalf("%d checks in 10 intervals of a check that takes 1.5; want 5: %v", len(calls), calls)
+		}
+		for i, c := range calls {
+			if want := calls[0] + time.Duration(2*i)*time.Second; c != want {
+				t.Errorf("check %d at %v; want %v (every other slot)", i, c, want)
+			}
+		}
+	})
+}
+
+// TestRemovedCheckInFlight: removing a check cancels it if it is running,
+// and its result counts nowhere.
+func TestRemovedCheckInFlight(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &fakeChecker{down: map[netip.AddrPort]bool{}, calls: map[netip.AddrPort][]time.Duration{}, start: time.Now(), delay: 400 * time.Millisecond}
+		var results atomic.Int32
+		var errs []error
+		var mu sync.Mutex
+		m := New(Options{
+			NewChecker: func(config.HealthCheck) (Checker, error) {
+				return checkerFunc(func(ctx context.Context, t Target) error {
+					err := f.Check(ctx, t)
+					mu.Lock()
+					errs = append(errs, err)
+					mu.Unlock()
+					return err
+				}), nil
+			},
+			OnResult: func(config.CheckType, time.Duration, error) { results.Add(1) },
+		})
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan struct{})
+		go func() { m.Run(ctx); close(done) }()
+		defer func() { cancel(); <-done }()
+		m.Set([]Probe{{"web", rs1, tcpCheck(true)}}, nil)
+		for f.count(rs1) == 0 {
+			time.Sleep(time.Millisecond)
+		}
+		time.Sleep(100 * time.Millisecond) // mid-check
+		m.Set(nil, nil)
+		synctest.Wait()
+		mu.Lock()
+		defer mu.Unlock()
+		if len(errs) != 1 || !errors.Is(errs[0], context.Canceled) {
+			t.Errorf("check errors %v; want one, canceled", errs)
+		}
+		if n := results.Load(); n != 0 {
+			t.Errorf("%d results of a removed check were reported", n)
+		}
+		if st := m.Status(); len(st) != 0 {
+			t.Errorf("status %+v after the check was removed", st)
+		}
+		time.Sleep(5 * time.Second)
+		if n := f.count(rs1); n != 1 {
+			t.Errorf("%d checks of a removed check", n)
+		}
+	})
+}
+
+type checkerFunc func(context.Context, Target) error
+
+func (f checkerFunc) Check(ctx context.Context, t Target) error { return f(ctx, t) }
+
+// TestRunEndCancelsChecks: when Run's context ends, the checks in flight
+// are canceled and Run returns once they have.
+func TestRunEndCancelsChecks(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var inFlight atomic.Int32
+		var canceled atomic.Bool
+		var results atomic.Int32
+		m := New(Options{
+			NewChecker: func(config.HealthCheck) (Checker, error) {
+				return checkerFunc(func(ctx context.Context, _ Target) error {
+					inFlight.Add(1)
+					defer inFlight.Add(-1)
+					<-ctx.Done()
+					canceled.Store(ctx.Err() == context.Canceled)
+					return ctx.Err()
+				}), nil
+			},
+			OnResult: func(config.CheckType, time.Duration, error) { results.Add(1) },
+		})
+		m.Set([]Probe{{"web", rs1, tcpCheck(true)}}, nil)
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan struct{})
+		go func() { m.Run(ctx); close(done) }()
+		for inFlight.Load() == 0 {
+			time.Sleep(time.Millisecond)
+		}
+		start := time.Now()
+		cancel()
+		<-done
+		if d := time.Since(start); d != 0 {
+			t.Errorf("Run returned %v after its context ended; want at once", d)
+		}
+		if inFlight.Load() != 0 || !canceled.Load() {
+			t.Errorf("Run returned with %d checks in flight; canceled: %v", inFlight.Load(), canceled.Load())
+		}
+		if n := results.Load(); n != 0 {
+			t.Errorf("%d results of canceled checks were reported", n)
+		}
+	})
+}
+
+// TestManyChecksOnSchedule: slow checks run side by side, each on its own
+// schedule; a check starts at most its slack before its slot, never after.
+// Workers that are no longer needed end.
+func TestManyChecksOnSchedule(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const n = 300
+		b := &blockingChecker{fakeChecker: fakeChecker{calls: map[netip.AddrPort][]time.Duration{}, start: time.Now(), delay: 300 * time.Millisecond}}
+		m := New(Options{NewChecker: func(config.HealthCheck) (Checker, error) { return b, nil }})
+		var probes []Probe
+		for i := range n {
+			probes = append(probes, Probe{"web", netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 0, byte(i / 256), byte(i)}), 80), tcpCheck(true)})
+		}
+		m.Set(probes, nil)
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan struct{})
+		go func() { m.Run(ctx); close(done) }()
+		defer func() { cancel(); <-done }()
+		time.Sleep(10*time.Second - time.Nanosecond)
+		synctest.Wait()
+		b.mu.Lock()
+		slack := time.Second / slackDivisor
+		for _, p := range probes {
+			calls := b.calls[p.Addr]
+			if len(calls) != 10 {
+				t.Errorf("%v: %d checks in 10 intervals", p.Addr, len(calls))
+				continue
+			}
+			due := offset(checkID{p.Addr, definition(p.Check)}, time.Second)
+			for i, c := range calls {
+				slot := due + time.Duration(i)*time.Second
+				if c > slot || c < slot-slack {
+					t.Errorf("%v: check %d at %v; want within %v before %v", p.Addr, i, c, slack, slot)
+				}
+			}
+		}
+		if b.maxInFlight < 50 {
+			t.Errorf("at most %d of %d checks that take 30%% of their interval were in flight at once", b.maxInFlight, n)
+		}
+		b.mu.Unlock()
+		m.mu.Lock()
+		workers := len(m.idle)
+		m.mu.Unlock()
+		if workers > 2*b.maxInFlight {
+			t.Errorf("%d idle workers for at most %d checks in flight", workers, b.maxInFlight)
+		}
+		m.Set(nil, nil)
+		time.Sleep(workerIdle + 2*time.Second)
+		synctest.Wait()
+		m.mu.Lock()
+		workers = len(m.idle)
+		m.mu.Unlock()
+		if workers != 0 {
+			t.Errorf("%d workers left %v after the last check", workers, workerIdle)
+		}
+	})
+}
+
+// TestCheckerErrorRetried: a check whose checker cannot be made says so in
+// its status, and the next Set tries again.
+func TestCheckerErrorRetried(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var fail atomic.Bool
+		fail.Store(true)
+		f := &fakeChecker{down: map[netip.AddrPort]bool{}, calls: map[netip.AddrPort][]time.Duration{}, start: time.Now()}
+		m := New(Options{NewChecker: func(config.HealthCheck) (Checker, error) {
+			if fail.Load() {
+				return nil, errors.New("no such thing")
+			}
+			return f, nil
+		}})
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan struct{})
+		go func() { m.Run(ctx); close(done) }()
+		defer func() { cancel(); <-done }()
+		probes := []Probe{{"web", rs1, tcpCheck(true)}}
+		m.Set(probes, nil)
+		time.Sleep(3 * time.Second)
+		if st := m.Status(); len(st) != 1 || st[0].LastError != "cannot check: no such thing" || f.count(rs1) != 0 {
+			t.Errorf("status %+v, %d checks; want cannot check, none", st, f.count(rs1))
+		}
+		fail.Store(false)
+		m.Set(probes, nil)
+		time.Sleep(3 * time.Second)
+		if n := f.count(rs1); n != 3 {
+			t.Errorf("%d checks in 3 intervals after the checker could be made; want 3", n)
 		}
 	})
 }

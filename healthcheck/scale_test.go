@@ -101,6 +101,7 @@ func TestScale(t *testing.T) {
 	var ru0, ru1 syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
 	ctx, cancel := context.WithTimeout(t.Context(), duration)
+	running := scaleTestRunningMemory(ctx, duration/2)
 	start := time.Now()
 	m.Run(ctx)
 	cancel()
@@ -132,6 +133,32 @@ func TestScale(t *testing.T) {
 		100*cpu.Seconds()/elapsed.Seconds(), 100*cpu.Seconds()/elapsed.Seconds()/(rate/1000))
 	t.Logf("memory for %d configured checks: %.1f MiB heap (%.0f bytes each)", checks,
 		float64(after.HeapAlloc-before.HeapAlloc)/(1<<20), float64(after.HeapAlloc-before.HeapAlloc)/checks)
+	ms := <-running
+	t.Logf("memory while running: %.1f MiB heap, %.1f MiB goroutine stacks (%d goroutines)",
+		float64(ms.HeapAlloc)/(1<<20), float64(ms.StackInuse)/(1<<20), ms.goroutines)
 	t.Logf("timer error |actual - scheduled|: p50 %v, p99 %v, max %v (interval %v; target p99 <= 10%%)",
 		p(0.5), p(0.99), lateness[len(lateness)-1], interval)
+}
+
+type scaleTestMemory struct {
+	runtime.MemStats
+	goroutines int
+}
+
+// scaleTestRunningMemory measures the heap and the goroutines' stacks
+// after ctx has been running for after: what the checks hold while they
+// run, as opposed to configured but not started.
+func scaleTestRunningMemory(ctx context.Context, after time.Duration) <-chan scaleTestMemory {
+	out := make(chan scaleTestMemory, 1)
+	go func() {
+		var m scaleTestMemory
+		select {
+		case <-ctx.Done():
+		case <-time.After(after):
+		}
+		runtime.ReadMemStats(&m.MemStats)
+		m.goroutines = runtime.NumGoroutine()
+		out <- m
+	}()
+	return out
 }
