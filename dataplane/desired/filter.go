@@ -127,8 +127,34 @@ func (e SetEntry) Compare(o SetEntry) int {
 	)
 }
 
-// sets collects entries per set name, without duplicates.
-type sets map[string]map[SetEntry]bool
+// sets collects entries per set name, without duplicates. hint sizes a
+// set's map when it is made: growing maps of 100,000 entries by rehashing
+// was most of what a sync allocated at 10,000 services.
+type sets struct {
+	m     map[string]map[SetEntry]struct{}
+	hint  map[string]int
+	names map[string]*[2]string // role -> IPv4 and IPv6 set names, made once
+}
+
+func newSets() sets {
+	return sets{m: map[string]map[SetEntry]struct{}{}, hint: map[string]int{}, names: map[string]*[2]string{}}
+}
+
+// name is SetName without a string concatenation per entry.
+func (s sets) name(role string, fam int) string {
+	n := s.names[role]
+	if n == nil {
+		n = &[2]string{SetName(role, 4), SetName(role, 6)}
+		s.names[role] = n
+	}
+	if fam == 6 {
+		return n[1]
+	}
+	return n[0]
+}
+
+// expect adds n to the expected size of a role's set in family fam.
+func (s sets) expect(role string, fam, n int) { s.hint[s.name(role, fam)] += n }
 
 func (s sets) add(role string, e SetEntry) {
 	fam := 4
@@ -136,11 +162,13 @@ func (s sets) add(role string, e SetEntry) {
 	case e.IP.IsValid() && e.IP.Is6(), !e.IP.IsValid() && e.Net.Addr().Is6():
 		fam = 6
 	}
-	name := SetName(role, fam)
-	if s[name] == nil {
-		s[name] = map[SetEntry]bool{}
+	name := s.name(role, fam)
+	set := s.m[name]
+	if set == nil {
+		set = make(map[SetEntry]struct{}, s.hint[name])
+		s.m[name] = set
 	}
-	s[name][e] = true
+	set[e] = struct{}{}
 }
 
 // list returns every set's entries, in no particular order: appliers
@@ -151,7 +179,7 @@ func (s sets) list() map[string][]SetEntry {
 	for _, spec := range SetSpecs() {
 		out[spec.Name] = nil
 	}
-	for name, m := range s {
+	for name, m := range s.m {
 		out[name] = slices.AppendSeq(make([]SetEntry, 0, len(m)), maps.Keys(m))
 	}
 	return out
@@ -160,7 +188,17 @@ func (s sets) list() map[string][]SetEntry {
 // filterSets computes every set's entries for the virtual servers st
 // already holds.
 func filterSets(cfg *config.Config, services []config.Service, st *State, hostAddrs []netip.Addr) map[string][]SetEntry {
-	s := sets{}
+	s := newSets()
+	for _, vs := range st.Services {
+		fam := family(vs.Key.Addr)
+		s.expect(SetServices, fam, 1)
+		s.expect(SetVIPs, fam, 1)
+		s.expect(SetMasqAuto, fam, 1)
+		s.expect(SetLoopback, fam, len(vs.Dests))
+		if len(cfg.Dataplane.RealServerNetworks) == 0 {
+			s.expect(SetRSNets, fam, len(vs.Dests))
+		}
+	}
 	for _, p := range cfg.Dataplane.LocalNetworks {
 		s.add(SetLocalNets, SetEntry{Net: p})
 	}

@@ -1,0 +1,42 @@
+package desired
+
+import (
+	"fmt"
+	"net/netip"
+	"strings"
+	"testing"
+
+	"github.com/lbdproject/lbd/config"
+)
+
+// BenchmarkCompute10k is the desired state of scripts/bench.sh's size
+// (10,000 services x 10 real servers, health known for every real server):
+// what every sync pays before it writes anything, a weight change included.
+func BenchmarkCompute10k(b *testing.B) {
+	const services, reals = 10000, 10
+	var text strings.Builder
+	text.WriteString("[dataplane]\nlocal_networks = [\"10.0.0.0/8\"]\n")
+	health := map[HealthKey]bool{}
+	for i := range services {
+		name := fmt.Sprintf("svc%d", i)
+		fmt.Fprintf(&text, "[[service]]\nname = %q\nvips = [\"198.18.%d.%d\"]\nport = 80\n", name, i/250, i%250+1)
+		for j := range reals {
+			addr := fmt.Sprintf("10.%d.%d.%d", 1+i/250, i%250, j+1)
+			fmt.Fprintf(&text, "[[service.real_server]]\naddress = %q\n", addr)
+			health[HealthKey{name, netip.AddrPortFrom(netip.MustParseAddr(addr), 80)}] = true
+		}
+	}
+	cfg, err := config.Parse([]string{"lbd.toml"}, [][]byte{[]byte(text.String())})
+	if err != nil {
+		b.Fatal(err)
+	}
+	in := Input{Config: cfg, Health: health}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		st := Compute(in)
+		if len(st.Services) != services {
+			b.Fatalf("%d services", len(st.Services))
+		}
+	}
+}
