@@ -187,6 +187,18 @@ func (d *Dataplane) changed() {
 	}
 }
 
+// Applied returns the desired state the kernel last took in full (no
+// error, not held), without computing it again; ok is false before the
+// first such sync.
+func (d *Dataplane) Applied() (st desired.State, ok bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.applied == nil {
+		return desired.State{}, false
+	}
+	return *d.applied, true
+}
+
 // SyncingSince returns when the running sync started; ok is false between
 // syncs. The systemd watchdog stops being fed when a sync hangs.
 func (d *Dataplane) SyncingSince() (start time.Time, ok bool) {
@@ -382,7 +394,9 @@ func (d *Dataplane) sync(_ context.Context, why runner.Reason) error {
 		d.mu.Unlock()
 	}
 	if res.Err == nil && res.Held == "" {
+		d.mu.Lock() // Applied reads it from other goroutines
 		d.applied, d.appliedCfg = &st, cfg
+		d.mu.Unlock()
 	}
 	res.Duration = time.Since(res.Start)
 	switch {

@@ -180,5 +180,8 @@ service = "web"
 		if last := dp.Last(); last.Held == "" || kv.String() != got {
 			t.Errorf("discovery emptying the services was applied: %+v\n%s", last, kv)
 		}
+		if st, ok := dp.Applied(); !ok || len(st.Services) != 2 {
+			t.Errorf("Applied after a held sync: %d services, ok %v; want the 2 the kernel still holds", len(st.Services), ok)
+		}
 	})
 }

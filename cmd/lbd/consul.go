@@ -24,7 +24,11 @@ func (d *daemon) register(res dataplane.SyncResult) {
 	if regs == nil {
 		return
 	}
-	st, _ := d.dp.Desired()
+	// The state this sync applied: no second Compute per sync.
+	st, ok := d.dp.Applied()
+	if !ok {
+		return
+	}
 	d.reg.Set(registrations(*regs, st))
 }
 

@@ -216,9 +216,10 @@ func (d *daemon) start(ctx context.Context, cfg *config.Config) {
 }
 
 // virtualServerNames maps lbd's virtual servers to their service, for the
-// per-virtual-server metrics.
+// per-virtual-server metrics: from the last applied state, so a scrape
+// does not compute the desired state (110 ms at 10,000 services).
 func (d *daemon) virtualServerNames() map[desired.Key]string {
-	st, _ := d.dp.Desired()
+	st, _ := d.dp.Applied()
 	out := make(map[desired.Key]string, len(st.Services))
 	for _, s := range st.Services {
 		out[s.Key] = s.Name
