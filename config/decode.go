@@ -271,11 +271,15 @@ func decodeService(n *node) Service {
 	n.duration("drain_timeout", &s.DrainTimeout, 0, 24*time.Hour)
 
 	if ts := n.tables("real_server"); len(ts) > 0 {
-		// Sized once: a RealServer is large, and append would leave up to
-		// half of a grown slice unused.
+		// Sized once: append would leave up to half of a grown slice
+		// unused.
 		s.RealServers = n.src.reals.alloc(len(ts))
+		// One copy of the service's check for all its real servers
+		// without overrides: a HealthCheck is large.
+		shared := new(HealthCheck)
+		*shared = s.HealthCheck
 		for _, t := range ts {
-			s.RealServers = append(s.RealServers, decodeRealServer(t, &s))
+			s.RealServers = append(s.RealServers, decodeRealServer(t, &s, shared))
 		}
 	}
 	checkDuplicateRealServers(n, s.RealServers)
@@ -421,8 +425,10 @@ func (a *realServers) alloc(n int) []RealServer {
 	return s
 }
 
-func decodeRealServer(n *node, s *Service) RealServer {
-	r := RealServer{Port: s.Port, Weight: 1, HealthCheck: s.HealthCheck, Pos: n.pos("")}
+// decodeRealServer decodes one of s's real servers; check is s's check,
+// which the real server points at unless it overrides some of it.
+func decodeRealServer(n *node, s *Service, check *HealthCheck) RealServer {
+	r := RealServer{Port: s.Port, Weight: 1, HealthCheck: check, Pos: n.pos("")}
 	if !n.addr("address", &r.Address) && !n.has("address") {
 		n.errorf("", "real server has no address; expected address = \"10.0.0.11\" (or similar)")
 	}
@@ -441,7 +447,8 @@ func decodeRealServer(n *node, s *Service) RealServer {
 	}
 	n.integer("weight", &r.Weight, 0, 65535)
 	if t := n.table("health_check"); t != nil {
-		r.HealthCheck = decodeCheck(t, s.HealthCheck)
+		c := decodeCheck(t, s.HealthCheck)
+		r.HealthCheck = &c
 	}
 	n.finish()
 	return r

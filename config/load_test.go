@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -378,5 +379,44 @@ func TestServiceSame(t *testing.T) {
 	}
 	if load(a).Same(load(changed)) {
 		t.Errorf("a real server's weight change went unnoticed")
+	}
+}
+
+func TestRealServersShareCheck(t *testing.T) {
+	const file = svc + `health_check = { type = "http", path = "/healthz" }
+real_server = [
+  { address = "10.0.0.1" },
+  { address = "10.0.0.2" },
+  { address = "10.0.0.3", health_check = { port = 8081 } },
+]
+`
+	path := writeConfig(t, map[string]string{"lbd.toml": file})
+	load := func() *Service {
+		cfg, err := Load(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &cfg.Services[0]
+	}
+	s := load()
+	rs := s.RealServers
+	if rs[0].HealthCheck == nil || rs[0].HealthCheck != rs[1].HealthCheck {
+		t.Errorf("real servers without overrides do not share one check: %p, %p", rs[0].HealthCheck, rs[1].HealthCheck)
+	}
+	if !reflect.DeepEqual(*rs[0].HealthCheck, s.HealthCheck) {
+		t.Errorf("shared check %+v is not the service's %+v", *rs[0].HealthCheck, s.HealthCheck)
+	}
+	if rs[2].HealthCheck == rs[0].HealthCheck || rs[2].HealthCheck.Port != 8081 || rs[2].HealthCheck.Path != "/healthz" {
+		t.Errorf("overridden check: %+v", rs[2].HealthCheck)
+	}
+	if o := load(); !s.Same(o) || o.RealServers[0].HealthCheck == rs[0].HealthCheck {
+		t.Errorf("two loads of one file are not Same")
+	}
+	o := load()
+	c := *o.RealServers[2].HealthCheck
+	c.Port = 8082
+	o.RealServers[2].HealthCheck = &c
+	if s.Same(o) {
+		t.Errorf("a changed check went unnoticed")
 	}
 }

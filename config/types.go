@@ -310,8 +310,10 @@ type RealServer struct {
 	Port    uint16
 	Weight  int
 	// HealthCheck is the service's check with this real server's overrides
-	// applied.
-	HealthCheck HealthCheck
+	// applied; never nil once decoded. Real servers without overrides share
+	// one copy of their service's check: shared between real servers; never
+	// modify through it (copy the pointee and point at the copy instead).
+	HealthCheck *HealthCheck
 	// Down is set when the real server's source reports it unhealthy (a
 	// Consul check in warning or critical); lbd's own check applies on top.
 	Down bool

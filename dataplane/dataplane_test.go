@@ -157,7 +157,7 @@ service = "web"
 		go dp.Loop(ctx)
 		rs := func(addr string, down bool) config.RealServer {
 			ap := netip.MustParseAddrPort(addr)
-			return config.RealServer{Address: ap.Addr(), Port: ap.Port(), Weight: 2, Down: down, HealthCheck: config.HealthCheck{Type: config.CheckNone}}
+			return config.RealServer{Address: ap.Addr(), Port: ap.Port(), Weight: 2, Down: down, HealthCheck: &config.HealthCheck{Type: config.CheckNone}}
 		}
 		api := cfg.Services[0]
 		api.Name, api.VIPs, api.Port, api.RealServers = "api", []netip.Addr{netip.MustParseAddr("192.0.2.20")}, 443, []config.RealServer{rs("10.0.1.1:8443", false)}

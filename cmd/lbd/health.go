@@ -18,7 +18,7 @@ func probes(cfg *config.Config, found merge.Result) []healthcheck.Probe {
 	var out []healthcheck.Probe
 	add := func(service string, rs []config.RealServer) {
 		for _, r := range rs {
-			out = append(out, healthcheck.Probe{Service: service, Addr: r.AddrPort(), Check: r.HealthCheck})
+			out = append(out, healthcheck.Probe{Service: service, Addr: r.AddrPort(), Check: *r.HealthCheck})
 		}
 	}
 	for _, s := range cfg.Services {

@@ -86,7 +86,7 @@ on_unhealthy = "remove"`, 1), map[HealthKey]bool{hk("web", "10.0.0.1:80"): false
 			"192.0.2.10"},
 		{"discovered real servers join the configured ones",
 			strings.Replace(twoReals, "%s", "", 1), nil,
-			map[string][]config.RealServer{"web": {{Address: netip.MustParseAddr("10.0.0.3"), Port: 80, Weight: 5, HealthCheck: config.HealthCheck{Type: config.CheckNone}, Pos: config.Pos{File: "consul:web"}}}},
+			map[string][]config.RealServer{"web": {{Address: netip.MustParseAddr("10.0.0.3"), Port: 80, Weight: 5, HealthCheck: &config.HealthCheck{Type: config.CheckNone}, Pos: config.Pos{File: "consul:web"}}}},
 			"-A -t 192.0.2.10:80 -s wrr\n-a -t 192.0.2.10:80 -r 10.0.0.1:80 -m -w 3\n-a -t 192.0.2.10:80 -r 10.0.0.2:8080 -m -w 1\n-a -t 192.0.2.10:80 -r 10.0.0.3:80 -m -w 5\n",
 			"192.0.2.10"},
 		{"several VIPs, UDP, persistence and scheduler flags, IPv6",

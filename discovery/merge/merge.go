@@ -89,9 +89,10 @@ func (r *Result) problem(subject, format string, args ...any) {
 // reals converts the instances of s's Consul service into real servers.
 func (r *Result) reals(s *config.Service, insts []consul.Instance) []config.RealServer {
 	c := s.Consul
-	check := config.HealthCheck{Type: config.CheckNone}
+	// One check for all the instances, shared: see config.RealServer.
+	check := &config.HealthCheck{Type: config.CheckNone}
 	if c.OwnChecks {
-		check = s.HealthCheck
+		*check = s.HealthCheck
 	}
 	static := map[netip.AddrPort]bool{}
 	for _, rs := range s.RealServers {
