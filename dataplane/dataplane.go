@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"slices"
 	"sync"
 	"time"
 
@@ -34,7 +35,7 @@ type AddrApplier interface {
 
 // SetApplier keeps lbd's ipsets.
 type SetApplier interface {
-	Apply(specs []desired.SetSpec, want map[string][]desired.SetEntry, full bool) (ipset.Stats, error)
+	Apply(st *desired.State, full bool) (ipset.Stats, error)
 }
 
 // FilterApplier keeps one family's iptables rules.
@@ -107,13 +108,19 @@ type Dataplane struct {
 	hostAddrs          []netip.Addr
 	last               SyncResult
 	syncStart          time.Time
-	conns              map[desired.Key]map[netip.AddrPort]ipvs.Conns // as of the last full dump
-	changedAt          time.Time                                     // first input change not synced yet
+	changedAt          time.Time // first input change not synced yet
 	onSync             []func(SyncResult)
+	// computed is the latest desired state computed: the next Compute
+	// shares what did not change with it.
+	computed *desired.State
 
-	// kernel holds the destination weights in the kernel as the IPVS
-	// applier last knew them, for status.
-	kernel map[desired.Key]map[netip.AddrPort]int
+	// applyMu is held while the appliers run. Views of the IPVS applier's
+	// cache (kernel weights, connection counts) are copied from it only
+	// when asked and the appliers are idle; kernel and conns (under mu)
+	// keep the last copies for while a sync runs.
+	applyMu sync.Mutex
+	kernel  map[desired.Key]map[netip.AddrPort]int
+	conns   map[desired.Key]map[netip.AddrPort]ipvs.Conns // as of the last full dump
 
 	// applied is the last desired state applied and the configuration it
 	// came from; only the sync goroutine touches them.
@@ -255,9 +262,41 @@ type ConnCounter interface {
 // KernelConns returns the destinations' connection counts as of the last
 // full reconcile; nil before one ran.
 func (d *Dataplane) KernelConns() map[desired.Key]map[netip.AddrPort]ipvs.Conns {
+	cc, ok := d.ipvs.(ConnCounter)
+	if !ok {
+		return nil
+	}
+	if d.applyMu.TryLock() {
+		conns := cc.KernelConns()
+		d.applyMu.Unlock()
+		d.mu.Lock()
+		d.conns = conns
+		d.mu.Unlock()
+		return conns
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.conns
+}
+
+// kernelWeights returns the IPVS applier's view of the kernel's weights:
+// fresh while no sync runs, else the last copy.
+func (d *Dataplane) kernelWeights() map[desired.Key]map[netip.AddrPort]int {
+	kw, ok := d.ipvs.(KernelWeigher)
+	if !ok {
+		return nil
+	}
+	if d.applyMu.TryLock() {
+		weights := kw.KernelWeights()
+		d.applyMu.Unlock()
+		d.mu.Lock()
+		d.kernel = weights
+		d.mu.Unlock()
+		return weights
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.kernel
 }
 
 // View is what status shows of the dataplane.
@@ -273,9 +312,10 @@ type View struct {
 // weights as of that sync.
 func (d *Dataplane) View() View {
 	st, _, _ := d.desired()
+	kernel := d.kernelWeights()
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return View{Last: d.last, Desired: st, Kernel: d.kernel}
+	return View{Last: d.last, Desired: st, Kernel: kernel}
 }
 
 // Desired computes the desired state from the current inputs; ok is false
@@ -291,7 +331,8 @@ func (d *Dataplane) desired() (desired.State, *config.Config, bool) {
 	if d.cfg == nil {
 		return desired.State{}, nil, false
 	}
-	return desired.Compute(desired.Input{Config: d.cfg, Discovered: d.discovered, DiscoveredServices: d.discoveredServices, Health: d.health, HostAddrs: d.hostAddrs}), d.cfg, true
+	return desired.Compute(desired.Input{Config: d.cfg, Discovered: d.discovered, DiscoveredServices: d.discoveredServices,
+		Health: d.health, HostAddrs: d.hostAddrs, Prev: d.computed}), d.cfg, true
 }
 
 func (d *Dataplane) sync(_ context.Context, why runner.Reason) error {
@@ -309,6 +350,10 @@ func (d *Dataplane) sync(_ context.Context, why runner.Reason) error {
 		d.finish(res)
 		return nil
 	}
+	d.mu.Lock()
+	d.computed = &st
+	d.mu.Unlock()
+	d.applyMu.Lock()
 	// The safety valve: a change the admin did not make by editing the
 	// configuration (discovery answering empty, health failing everywhere)
 	// may not delete more than max_delete_fraction at once.
@@ -330,69 +375,30 @@ func (d *Dataplane) sync(_ context.Context, why runner.Reason) error {
 			errs = append(errs, err)
 		}
 	}
-	// VIPs first: IPVS needs them local before traffic for them arrives.
-	as, err := d.addrs.Apply(st.VIPs, full)
-	res.Dumps += as.Dumps
-	res.Writes += as.Writes
-	if err != nil {
-		errs = append(errs, fmt.Errorf("addresses: %w", err))
+	// The subsystems are independent in the kernel (addresses under RTNL,
+	// sets and rules under nfnetlink, IPVS under its own mutex): they are
+	// applied side by side, so that a cold sync takes about as long as the
+	// slowest of them rather than their sum. A new VIP may answer before
+	// its masquerade entries exist, as with kube-proxy, which writes IPVS
+	// and addresses before its ipsets.
+	var wg sync.WaitGroup
+	var addrPart, filterPart part
+	wg.Go(func() { addrPart = d.applyAddrs(st.VIPs, full) })
+	wg.Go(func() { filterPart = d.applyFilter(&st, cfg, full) })
+	ipvsPart, ir := d.applyIPVS(st.Services, full)
+	wg.Wait()
+	for _, p := range []part{addrPart, filterPart, ipvsPart} {
+		res.Dumps += p.dumps
+		res.Writes += p.writes
+		errs = append(errs, p.errs...)
 	}
-	// Sets before the rules that match them.
-	if d.sets != nil {
-		ss, err := d.sets.Apply(desired.SetSpecs(), st.Sets, full)
-		res.Dumps += ss.Dumps
-		res.Writes += ss.Writes
-		res.SetEntries = ss.Entries
-		if err != nil {
-			errs = append(errs, fmt.Errorf("ipsets: %w", err))
-		}
-	}
-	for _, fam := range []int{4, 6} {
-		f, ok := d.filters[fam]
-		if !ok {
-			continue
-		}
-		fs, err := f.Apply(desired.Tables(cfg.Dataplane, fam), full)
-		res.Dumps += fs.Dumps
-		res.Writes += fs.Writes
-		res.FilterRules += fs.Rules
-		if err != nil {
-			errs = append(errs, fmt.Errorf("ip%stables: %w", map[int]string{4: "", 6: "6"}[fam], err))
-		}
-	}
-	ir, err := d.ipvs.Apply(st.Services, full)
-	res.Dumps += ir.Dumps
-	res.Writes += ir.Writes
-	res.Draining = ir.Draining
-	if err != nil {
-		errs = append(errs, fmt.Errorf("ipvs: %w", err))
-	}
-	if d.ct != nil && len(ir.DeletedUDP) > 0 {
-		n, err := d.ct.DeleteUDP(ir.DeletedUDP)
-		res.Writes++
-		if err != nil {
-			errs = append(errs, err)
-		}
-		d.log.Info("removed conntrack entries of deleted UDP real servers", "real_servers", len(ir.DeletedUDP), "entries", n)
-	}
+	res.SetEntries, res.FilterRules, res.Draining = filterPart.setEntries, filterPart.rules, ir.Draining
 	if d.announce != nil {
 		d.announce.Set(st.Announce)
 	}
+	d.applyMu.Unlock()
 	res.Services = len(st.Services)
 	res.Err = errors.Join(errs...)
-	// The kernel view only changes when the kernel was read or written.
-	if kw, ok := d.ipvs.(KernelWeigher); ok && (res.Writes > 0 || res.Dumps > 0 || d.kernel == nil) {
-		weights := kw.KernelWeights()
-		d.mu.Lock()
-		d.kernel = weights
-		d.mu.Unlock()
-	}
-	if cc, ok := d.ipvs.(ConnCounter); ok && full && res.Dumps > 0 {
-		conns := cc.KernelConns()
-		d.mu.Lock()
-		d.conns = conns
-		d.mu.Unlock()
-	}
 	if res.Err == nil && res.Held == "" {
 		d.mu.Lock() // Applied reads it from other goroutines
 		d.applied, d.appliedCfg = &st, cfg
@@ -438,29 +444,89 @@ func (d *Dataplane) finish(res SyncResult) {
 	}
 }
 
-// tooManyDeletes says why going from applied to next deletes too much, or
-// returns "" when it does not.
-func tooManyDeletes(applied, next desired.State, maxFraction float64) string {
-	nextSvcs := make(map[desired.Key]map[netip.AddrPort]bool, len(next.Services))
-	for _, s := range next.Services {
-		m := make(map[netip.AddrPort]bool, len(s.Dests))
-		for _, dst := range s.Dests {
-			m[dst.Addr] = true
-		}
-		nextSvcs[s.Key] = m
+// part is what applying one subsystem did.
+type part struct {
+	dumps, writes     int
+	errs              []error
+	setEntries, rules int
+}
+
+func (p *part) add(dumps, writes int, err error, format string, args ...any) {
+	p.dumps += dumps
+	p.writes += writes
+	if err != nil {
+		p.errs = append(p.errs, fmt.Errorf(format+": %w", append(args, err)...))
 	}
-	var svcGone, dests, destGone int
-	for _, s := range applied.Services {
-		m, ok := nextSvcs[s.Key]
+}
+
+func (d *Dataplane) applyAddrs(vips []netip.Addr, full bool) part {
+	var p part
+	as, err := d.addrs.Apply(vips, full)
+	p.add(as.Dumps, as.Writes, err, "addresses")
+	return p
+}
+
+// applyFilter applies the sets, then the rules that match them.
+func (d *Dataplane) applyFilter(st *desired.State, cfg *config.Config, full bool) part {
+	var p part
+	if d.sets != nil {
+		ss, err := d.sets.Apply(st, full)
+		p.add(ss.Dumps, ss.Writes, err, "ipsets")
+		p.setEntries = ss.Entries
+	}
+	for _, fam := range []int{4, 6} {
+		f, ok := d.filters[fam]
 		if !ok {
+			continue
+		}
+		fs, err := f.Apply(desired.Tables(cfg.Dataplane, fam), full)
+		p.add(fs.Dumps, fs.Writes, err, "ip%stables", map[int]string{4: "", 6: "6"}[fam])
+		p.rules += fs.Rules
+	}
+	return p
+}
+
+// applyIPVS applies the virtual servers, then removes the conntrack
+// entries of deleted UDP real servers.
+func (d *Dataplane) applyIPVS(services []desired.Service, full bool) (part, ipvs.Result) {
+	var p part
+	ir, err := d.ipvs.Apply(services, full)
+	p.add(ir.Dumps, ir.Writes, err, "ipvs")
+	if d.ct != nil && len(ir.DeletedUDP) > 0 {
+		n, err := d.ct.DeleteUDP(ir.DeletedUDP)
+		p.writes++
+		if err != nil {
+			p.errs = append(p.errs, err)
+		}
+		d.log.Info("removed conntrack entries of deleted UDP real servers", "real_servers", len(ir.DeletedUDP), "entries", n)
+	}
+	return p, ir
+}
+
+// tooManyDeletes says why going from applied to next deletes too much, or
+// returns "" when it does not. Both lists are sorted by key.
+func tooManyDeletes(applied, next desired.State, maxFraction float64) string {
+	var svcGone, dests, destGone int
+	as, ns := applied.Services, next.Services
+	for i, j := 0, 0; i < len(as); {
+		a := &as[i]
+		c := -1
+		if j < len(ns) {
+			c = a.Key.Compare(ns[j].Key)
+		}
+		switch {
+		case c > 0:
+			j++
+			continue
+		case c < 0:
 			svcGone++
+			destGone += len(a.Dests)
+		default:
+			destGone += gone(a.Dests, ns[j].Dests)
+			j++
 		}
-		for _, dst := range s.Dests {
-			dests++
-			if !m[dst.Addr] {
-				destGone++
-			}
-		}
+		dests += len(a.Dests)
+		i++
 	}
 	check := func(gone, total int, what string) string {
 		if total == 0 || float64(gone)/float64(total) <= maxFraction {
@@ -472,4 +538,19 @@ func tooManyDeletes(applied, next desired.State, maxFraction float64) string {
 		return why
 	}
 	return check(destGone, dests, "real servers")
+}
+
+// gone counts the destinations of a that are not in b (both sorted by
+// address, usually the same slice).
+func gone(a, b []desired.Dest) int {
+	if len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0]) {
+		return 0
+	}
+	n := 0
+	for _, d := range a {
+		if _, ok := slices.BinarySearchFunc(b, d.Addr, func(x desired.Dest, t netip.AddrPort) int { return x.Addr.Compare(t) }); !ok {
+			n++
+		}
+	}
+	return n
 }

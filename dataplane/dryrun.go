@@ -158,7 +158,7 @@ func Diff(cfg *config.Config, st desired.State, k DiffKernels) ([]string, error)
 	ops = append(ops, da.Ops...)
 	if k.Sets != nil {
 		ds := &DryRunSets{Kernel: k.Sets}
-		if _, err := ipset.New(ds).Apply(desired.SetSpecs(), st.Sets, true); err != nil {
+		if _, err := ipset.New(ds).Apply(&st, true); err != nil {
 			return nil, err
 		}
 		ops = append(ops, ds.Ops...)

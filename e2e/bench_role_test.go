@@ -25,6 +25,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/lbdproject/lbd/config"
@@ -92,38 +93,38 @@ type lbdRoundResult struct {
 	PeakRSSKiB int // this role process, for reference only
 }
 
-// kernelCounts counts kernel calls. Only the sync goroutine touches it
-// (the appliers and the OnSync hook run there), so it needs no lock.
-type kernelCounts struct{ reads, writes int }
+// kernelCounts counts kernel calls; the appliers of one sync run side by
+// side, so the counters are atomic.
+type kernelCounts struct{ reads, writes atomic.Int64 }
 
 type countedIPVS struct {
 	k ipvs.Kernel
 	n *kernelCounts
 }
 
-func (c countedIPVS) Dump() ([]ipvs.Service, error) { c.n.reads++; return c.k.Dump() }
+func (c countedIPVS) Dump() ([]ipvs.Service, error) { c.n.reads.Add(1); return c.k.Dump() }
 func (c countedIPVS) AddService(s ipvs.Service) error {
-	c.n.writes++
+	c.n.writes.Add(1)
 	return c.k.AddService(s)
 }
 func (c countedIPVS) UpdateService(s ipvs.Service) error {
-	c.n.writes++
+	c.n.writes.Add(1)
 	return c.k.UpdateService(s)
 }
 func (c countedIPVS) DeleteService(k desired.Key) error {
-	c.n.writes++
+	c.n.writes.Add(1)
 	return c.k.DeleteService(k)
 }
 func (c countedIPVS) AddDest(k desired.Key, d ipvs.Dest) error {
-	c.n.writes++
+	c.n.writes.Add(1)
 	return c.k.AddDest(k, d)
 }
 func (c countedIPVS) UpdateDest(k desired.Key, d ipvs.Dest) error {
-	c.n.writes++
+	c.n.writes.Add(1)
 	return c.k.UpdateDest(k, d)
 }
 func (c countedIPVS) DeleteDest(k desired.Key, a netip.AddrPort) error {
-	c.n.writes++
+	c.n.writes.Add(1)
 	return c.k.DeleteDest(k, a)
 }
 
@@ -134,17 +135,17 @@ type countedAddrs struct {
 
 // EnsureLink looks the link up (a read); it also writes when the link is
 // missing or down, which only the cold sync meets.
-func (c countedAddrs) EnsureLink(name string) error { c.n.reads++; return c.k.EnsureLink(name) }
+func (c countedAddrs) EnsureLink(name string) error { c.n.reads.Add(1); return c.k.EnsureLink(name) }
 func (c countedAddrs) Dump(link string) ([]netip.Addr, map[netip.Addr]string, error) {
-	c.n.reads++
+	c.n.reads.Add(1)
 	return c.k.Dump(link)
 }
 func (c countedAddrs) Add(link string, a netip.Addr) error {
-	c.n.writes++
+	c.n.writes.Add(1)
 	return c.k.Add(link, a)
 }
 func (c countedAddrs) Delete(link string, a netip.Addr) error {
-	c.n.writes++
+	c.n.writes.Add(1)
 	return c.k.Delete(link, a)
 }
 
@@ -154,10 +155,10 @@ type countedTimeouts struct {
 }
 
 func (c countedTimeouts) EnsureTimeouts(t config.IPVS) (bool, error) {
-	c.n.reads++
+	c.n.reads.Add(1)
 	wrote, err := c.k.EnsureTimeouts(t)
 	if wrote {
-		c.n.writes++
+		c.n.writes.Add(1)
 	}
 	return wrote, err
 }
@@ -266,14 +267,14 @@ func benchLBDRole(args []string) (any, error) {
 		res dataplane.SyncResult
 	}
 	results := make(chan outcome, 16)
-	var prev kernelCounts
+	var prevReads, prevWrites int64
 	dp.OnSync(func(r dataplane.SyncResult) {
 		f := syncFigures{
 			Reason: r.Reason.String(), Whole: r.Duration, Addrs: aa.d, IPVS: ia.d, Ledger: ledger.d,
-			Reads: n.reads - prev.reads, Writes: n.writes - prev.writes,
+			Reads: int(n.reads.Load() - prevReads), Writes: int(n.writes.Load() - prevWrites),
 			ReportedDumps: r.Dumps, ReportedWrites: r.Writes,
 		}
-		prev, aa.d, ia.d, ledger.d = n, 0, 0, 0
+		prevReads, prevWrites, aa.d, ia.d, ledger.d = n.reads.Load(), n.writes.Load(), 0, 0, 0
 		results <- outcome{f, r}
 	})
 	ctx, cancel := context.WithCancel(context.Background())

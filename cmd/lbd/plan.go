@@ -93,13 +93,14 @@ func writePlan(w io.Writer, cfg *config.Config, st desired.State) error {
 		}
 	}
 	fmt.Fprintf(w, "\n# ipsets (ipset restore)\n")
+	sets := st.SetEntries()
 	for _, spec := range desired.SetSpecs() {
 		fam := "inet"
 		if spec.Family == 6 {
 			fam = "inet6"
 		}
 		fmt.Fprintf(w, "create %s %s family %s\n", spec.Name, spec.Type, fam)
-		for _, e := range slices.SortedFunc(slices.Values(st.Sets[spec.Name]), desired.SetEntry.Compare) {
+		for _, e := range slices.SortedFunc(slices.Values(sets[spec.Name]), desired.SetEntry.Compare) {
 			fmt.Fprintf(w, "add %s %s\n", spec.Name, e)
 		}
 	}

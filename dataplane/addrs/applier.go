@@ -38,6 +38,9 @@ type Applier struct {
 	// the first dump and after a failed write.
 	bound     map[netip.Addr]bool
 	elsewhere map[netip.Addr]string
+	// applied is the list last applied without error, while bound is
+	// trusted: a requested sync with the same list has nothing to do.
+	applied []netip.Addr
 }
 
 // New returns an Applier for the dummy interface named link.
@@ -48,6 +51,10 @@ func New(k Kernel, link string) *Applier { return &Applier{k: k, link: link} }
 // link).
 func (a *Applier) Apply(vips []netip.Addr, full bool) (Stats, error) {
 	var st Stats
+	if !full && a.bound != nil && a.applied != nil && slices.Equal(vips, a.applied) {
+		return st, nil
+	}
+	a.applied = nil
 	if full || a.bound == nil {
 		if err := a.k.EnsureLink(a.link); err != nil {
 			return st, fmt.Errorf("dummy interface %s: %w", a.link, err)
@@ -96,6 +103,8 @@ func (a *Applier) Apply(vips []netip.Addr, full bool) (Stats, error) {
 	}
 	if len(errs) > 0 {
 		a.bound = nil // re-read before trusting it again
+	} else {
+		a.applied = slices.Clip(vips)
 	}
 	return st, errors.Join(errs...)
 }

@@ -67,6 +67,13 @@ type Service struct {
 	// Source is where the service was configured (formatted only when
 	// shown: Compute runs on every sync).
 	Source config.Pos
+
+	// What the service's ipset members derive from (AppendMembers).
+	SNAT         config.SNATMode
+	SourceRanges []netip.Prefix
+	// NodePort is set on the virtual servers of a NodePort-like service's
+	// node addresses (not VIPs).
+	NodePort bool
 }
 
 // Dest is one IPVS destination (always NAT/masquerading).
@@ -87,11 +94,11 @@ type State struct {
 	VIPs     []netip.Addr // addresses to bind on the dummy interface, sorted
 	// NodeAddrs are the box's addresses serving NodePort-like services.
 	NodeAddrs []netip.Addr
-	// Sets holds every lbd ipset (all of SetSpecs) with its entries, in no
-	// particular order.
-	Sets map[string][]SetEntry
 	// Announce lists, per interface, the IPv4 VIPs lbd answers ARP for.
 	Announce map[string][]netip.Addr
+	// sets holds what the ipset members derive from besides Services
+	// (AppendMembers, SetEntries): members are not stored.
+	sets setInputs
 }
 
 // HealthKey identifies one real server of one service for health.
@@ -116,6 +123,11 @@ type Input struct {
 	// addresses of NodePort-like services are chosen from them, and they
 	// may always reach source-restricted services.
 	HostAddrs []netip.Addr
+	// Prev, when set, is an earlier result: a service whose destinations
+	// come out the same shares Prev's slice instead of a new one, so that
+	// a sync after a small change allocates little and appliers can skip
+	// what did not change by identity. Prev is never modified.
+	Prev *State
 }
 
 // Compute returns the desired state for in.
@@ -125,20 +137,28 @@ func Compute(in Input) State {
 	if len(in.DiscoveredServices) > 0 {
 		services = append(slices.Clip(services), in.DiscoveredServices...)
 	}
-	vips := map[netip.Addr]bool{}
-	for i := range services {
-		for _, vip := range services[i].VIPs {
-			vips[vip] = true
-		}
+	st.VIPs = vips(services, in.Prev)
+	st.NodeAddrs = nodeAddrs(in.Config, in.HostAddrs, st.VIPs)
+	st.sets = setInputs{hostAddrs: in.HostAddrs, localNets: in.Config.Dataplane.LocalNetworks, rsNets: in.Config.Dataplane.RealServerNetworks}
+	if in.Prev != nil {
+		st.Services = make([]Service, 0, len(in.Prev.Services))
 	}
-	st.NodeAddrs = nodeAddrs(in.Config, in.HostAddrs, vips)
+	var scratch destScratch
+	var hint int // where in Prev the next service probably is
 	for i := range services {
 		s := &services[i]
-		dests, healthy := destinations(s, in)
-		for _, vip := range s.VIPs {
-			vs := virtualServer(s, vip, s.Port, dests)
-			vs.Healthy = healthy
+		if len(s.VIPs) == 0 && (s.NodePort == 0 || len(st.NodeAddrs) == 0) {
+			continue
+		}
+		dests, healthy := scratch.destinations(s, in)
+		dests, hint = reuse(dests, in.Prev, s, hint)
+		add := func(addr netip.Addr, port uint16, nodePort bool) {
+			vs := virtualServer(s, addr, port, dests)
+			vs.Healthy, vs.NodePort = healthy, nodePort
 			st.Services = append(st.Services, vs)
+		}
+		for _, vip := range s.VIPs {
+			add(vip, s.Port, false)
 			if s.Announce == config.AnnounceARP && vip.Is4() {
 				st.Announce[s.AnnounceInterface] = append(st.Announce[s.AnnounceInterface], vip)
 			}
@@ -148,23 +168,84 @@ func Compute(in Input) State {
 		}
 		for _, a := range st.NodeAddrs {
 			if family(a) == s.Family() {
-				vs := virtualServer(s, a, s.NodePort, dests)
-				vs.Healthy = healthy
-				st.Services = append(st.Services, vs)
+				add(a, s.NodePort, true)
 			}
 		}
 	}
-	slices.SortFunc(st.Services, func(a, b Service) int { return a.Key.Compare(b.Key) })
-	for v := range vips {
-		st.VIPs = append(st.VIPs, v)
+	// Services usually come in key order already; checking is cheaper than
+	// sorting 10,000 of them on every sync.
+	byKey := func(a, b Service) int { return a.Key.Compare(b.Key) }
+	if !slices.IsSortedFunc(st.Services, byKey) {
+		slices.SortFunc(st.Services, byKey)
 	}
-	slices.SortFunc(st.VIPs, netip.Addr.Compare)
 	for iface, as := range st.Announce {
 		slices.SortFunc(as, netip.Addr.Compare)
 		st.Announce[iface] = slices.Compact(as)
 	}
-	st.Sets = filterSets(in.Config, services, &st, in.HostAddrs)
 	return st
+}
+
+// vips returns the services' VIPs, sorted and without duplicates; prev's
+// slice when it holds the same.
+func vips(services []config.Service, prev *State) []netip.Addr {
+	var out []netip.Addr
+	if prev != nil {
+		out = make([]netip.Addr, 0, len(prev.VIPs))
+	}
+	for i := range services {
+		out = append(out, services[i].VIPs...)
+	}
+	if !slices.IsSortedFunc(out, netip.Addr.Compare) {
+		slices.SortFunc(out, netip.Addr.Compare)
+	}
+	out = slices.Compact(out)
+	if prev != nil && slices.Equal(out, prev.VIPs) {
+		return prev.VIPs
+	}
+	return slices.Clip(out)
+}
+
+// reuse returns prev's destinations of service s when they equal dests
+// (a scratch slice), else a copy of dests. hint is where in prev.Services
+// s is probably found (services tend to come in key order); reuse returns
+// the next one.
+func reuse(dests []Dest, prev *State, s *config.Service, hint int) ([]Dest, int) {
+	if prev != nil {
+		old, i := prev.lookupDests(s, hint)
+		if old != nil && slices.Equal(old, dests) {
+			return old, i + 1
+		}
+		hint = i + 1
+	}
+	if len(dests) == 0 {
+		return nil, hint
+	}
+	return slices.Clone(dests), hint
+}
+
+// lookupDests finds the destinations st gave service s, by the key of
+// one of its virtual servers, trying Services[hint] first; nil when it
+// had none. It also returns the index it looked at.
+func (st *State) lookupDests(s *config.Service, hint int) ([]Dest, int) {
+	var k Key
+	switch {
+	case len(s.VIPs) > 0:
+		k = Key{Addr: s.VIPs[0], Port: s.Port, Protocol: s.Protocol}
+	default:
+		i := slices.IndexFunc(st.NodeAddrs, func(a netip.Addr) bool { return family(a) == s.Family() })
+		if i < 0 {
+			return nil, hint
+		}
+		k = Key{Addr: st.NodeAddrs[i], Port: s.NodePort, Protocol: s.Protocol}
+	}
+	i, ok := hint, hint < len(st.Services) && st.Services[hint].Key == k
+	if !ok {
+		i, ok = slices.BinarySearchFunc(st.Services, k, func(v Service, k Key) int { return v.Key.Compare(k) })
+	}
+	if !ok || st.Services[i].Name != s.Name {
+		return nil, hint
+	}
+	return st.Services[i].Dests, i + len(s.VIPs) - 1
 }
 
 func family(a netip.Addr) int {
@@ -183,6 +264,8 @@ func virtualServer(s *config.Service, vip netip.Addr, port uint16, dests []Dest)
 		Name:         s.Name,
 		Quorum:       s.Quorum,
 		Source:       s.Pos,
+		SNAT:         s.SNAT,
+		SourceRanges: s.SourceRanges,
 	}
 	for _, f := range s.SchedulerFlags {
 		v.Flags |= schedFlagBits[f]
@@ -200,27 +283,37 @@ func virtualServer(s *config.Service, vip netip.Addr, port uint16, dests []Dest)
 	return v
 }
 
+// destScratch holds the buffers destinations reuses from one service to
+// the next: Compute runs on every sync over every service.
+type destScratch struct {
+	dests []Dest
+	reals []*config.RealServer
+	up    []bool
+}
+
 // destinations applies health, on_unhealthy and the quorum rules to the
-// service's real servers; healthy counts the healthy ones with weight.
-func destinations(s *config.Service, in Input) (_ []Dest, healthy int) {
-	// Pointers, not copies: a RealServer carries its whole check, and
-	// this runs for every real server on every sync.
+// service's real servers; healthy counts the healthy ones with weight. The
+// result is only valid until the next call.
+func (sc *destScratch) destinations(s *config.Service, in Input) (_ []Dest, healthy int) {
+	// Pointers, not copies: a RealServer carries its whole check.
 	discovered := in.Discovered[s.Name]
-	reals := make([]*config.RealServer, 0, len(s.RealServers)+len(discovered))
+	reals := sc.reals[:0]
 	for i := range s.RealServers {
 		reals = append(reals, &s.RealServers[i])
 	}
 	for i := range discovered {
 		reals = append(reals, &discovered[i])
 	}
-	out := make([]Dest, 0, len(reals)+1)
-	up := make([]bool, len(reals))
-	for i, r := range reals {
-		up[i] = isHealthy(s.Name, r, in.Health)
-		if up[i] && r.Weight > 0 {
+	out := sc.dests[:0]
+	up := sc.up[:0]
+	for _, r := range reals {
+		h := isHealthy(s.Name, r, in.Health)
+		up = append(up, h)
+		if h && r.Weight > 0 {
 			healthy++
 		}
 	}
+	sc.reals, sc.up = reals, up
 	switch {
 	case healthy >= s.Quorum || s.QuorumFallback == config.QuorumHealthy:
 		for i, r := range reals {
@@ -243,7 +336,11 @@ func destinations(s *config.Service, in Input) (_ []Dest, healthy int) {
 			out = append(out, dest(r, r.Weight))
 		}
 	}
-	slices.SortStableFunc(out, func(a, b Dest) int { return a.Addr.Compare(b.Addr) })
+	sc.dests = out
+	byAddr := func(a, b Dest) int { return a.Addr.Compare(b.Addr) }
+	if !slices.IsSortedFunc(out, byAddr) {
+		slices.SortStableFunc(out, byAddr)
+	}
 	// A sorry server may also be a real server: keep one entry, the
 	// real server's.
 	return slices.CompactFunc(out, func(a, b Dest) bool { return a.Addr == b.Addr }), healthy

@@ -1,7 +1,10 @@
 package desired
 
 import (
+	"fmt"
 	"net/netip"
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -171,5 +174,63 @@ port = 80
 	}
 	if v6.Name != "v6" || v6.Source.String() != "lbd.toml:2:1" || v6.Dests[0].Source.String() != "lbd.toml:7:16" {
 		t.Errorf("provenance: service %q from %q, dest from %q", v6.Name, v6.Source, v6.Dests[0].Source)
+	}
+}
+
+// TestComputeReusesPrev: with Prev, a service whose destinations come out
+// the same shares Prev's slice (appliers skip it by identity), a changed
+// one gets its own, and the result equals a Compute without Prev.
+func TestComputeReusesPrev(t *testing.T) {
+	const text = `
+[dataplane]
+node_cidrs = ["198.51.100.0/24"]
+[[service]]
+name = "a"
+vips = ["192.0.2.1", "192.0.2.2"]
+port = 80
+real_server = [{ address = "10.0.0.1", weight = %d }, { address = "10.0.0.2" }]
+[[service]]
+name = "b"
+vips = ["192.0.2.3"]
+port = 80
+node_port = 30080
+real_server = [{ address = "10.0.0.3" }]
+[[service]]
+name = "np"
+port = 80
+node_port = 30081
+real_server = [{ address = "10.0.0.4" }]
+`
+	host := []netip.Addr{netip.MustParseAddr("198.51.100.7")}
+	cfg := func(w int) *config.Config { return parse(t, strings.Replace(text, "%d", fmt.Sprint(w), 1)) }
+	first := Compute(Input{Config: cfg(1), HostAddrs: host})
+	tests := []struct {
+		name    string
+		in      Input
+		changed []string // services whose destinations are new
+	}{
+		{"same input", Input{Config: cfg(1), HostAddrs: host}, nil},
+		{"a weight change", Input{Config: cfg(2), HostAddrs: host}, []string{"a"}},
+		{"health drops a real server", Input{Config: cfg(1), HostAddrs: host, Health: map[HealthKey]bool{hk("b", "10.0.0.3:80"): false}}, []string{"b"}},
+		{"no node address any more", Input{Config: cfg(1)}, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			in := tt.in
+			in.Prev = &first
+			got := Compute(in)
+			in.Prev = nil
+			if want := Compute(in); !reflect.DeepEqual(got, want) {
+				t.Fatalf("with Prev:\n%+v\nwithout:\n%+v", got, want)
+			}
+			for i := range got.Services {
+				s := &got.Services[i]
+				old, _ := first.lookupDests(&in.Config.Services[slices.IndexFunc(in.Config.Services, func(c config.Service) bool { return c.Name == s.Name })], 0)
+				shared := old != nil && &old[0] == &s.Dests[0]
+				if want := !slices.Contains(tt.changed, s.Name); shared != want {
+					t.Errorf("%s (%s): shares Prev's destinations: %v, want %v", s.Key, s.Name, shared, want)
+				}
+			}
+		})
 	}
 }

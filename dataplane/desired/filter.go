@@ -3,7 +3,6 @@ package desired
 import (
 	"cmp"
 	"fmt"
-	"maps"
 	"net/netip"
 	"slices"
 	"strings"
@@ -55,30 +54,71 @@ func SetName(role string, family int) string {
 	return "LBD-" + role
 }
 
-// SetSpecs returns every set lbd owns.
-func SetSpecs() []SetSpec {
-	roles := []struct {
-		role    string
-		typ     SetType
-		comment string
-	}{
-		{SetServices, HashIPPort, "VIP and node-address ports lbd serves"},
-		{SetVIPs, HashIP, "lbd VIPs"},
-		{SetMasqAll, HashIPPort, "services with snat always"},
-		{SetMasqAuto, HashIPPort, "services with snat auto"},
-		{SetLocalNets, HashNet, "local networks (no SNAT with snat auto)"},
-		{SetRSNets, HashNet, "real server networks (always SNAT)"},
-		{SetLoopback, HashIPPortIP, "hairpin: real server to itself via its VIP"},
-		{SetNodePorts, HashIPPort, "NodePort-like node-address ports"},
-		{SetFirewall, HashIPPort, "services with source ranges"},
-		{SetSrcRanges, HashIPPortNT, "source ranges allowed per service"},
-		{SetSrcIPs, HashIPPortIP, "director addresses allowed to firewalled services"},
+// role is a set's job; each role has one set per family.
+type role uint8
+
+const (
+	roleServices role = iota
+	roleVIPs
+	roleMasqAll
+	roleMasqAuto
+	roleLocalNets
+	roleRSNets
+	roleLoopback
+	roleNodePorts
+	roleFirewall
+	roleSrcRanges
+	roleSrcIPs
+	numRoles
+)
+
+// roles describes each role's set, in the order SetSpecs lists them.
+var roles = [numRoles]struct {
+	name    string
+	typ     SetType
+	comment string
+}{
+	{SetServices, HashIPPort, "VIP and node-address ports lbd serves"},
+	{SetVIPs, HashIP, "lbd VIPs"},
+	{SetMasqAll, HashIPPort, "services with snat always"},
+	{SetMasqAuto, HashIPPort, "services with snat auto"},
+	{SetLocalNets, HashNet, "local networks (no SNAT with snat auto)"},
+	{SetRSNets, HashNet, "real server networks (always SNAT)"},
+	{SetLoopback, HashIPPortIP, "hairpin: real server to itself via its VIP"},
+	{SetNodePorts, HashIPPort, "NodePort-like node-address ports"},
+	{SetFirewall, HashIPPort, "services with source ranges"},
+	{SetSrcRanges, HashIPPortNT, "source ranges allowed per service"},
+	{SetSrcIPs, HashIPPortIP, "director addresses allowed to firewalled services"},
+}
+
+// SetID numbers lbd's sets: the IPv4 sets first, then the IPv6 ones, in
+// SetSpecs' order. Members carry it instead of the set's name.
+type SetID uint8
+
+// NumSets is the number of sets lbd owns.
+const NumSets = 2 * SetID(numRoles)
+
+func setID(r role, fam int) SetID {
+	if fam == 6 {
+		return SetID(numRoles) + SetID(r)
 	}
-	var out []SetSpec
-	for _, fam := range []int{4, 6} {
-		for _, r := range roles {
-			out = append(out, SetSpec{Name: SetName(r.role, fam), Type: r.typ, Family: fam, Comment: r.comment})
-		}
+	return SetID(r)
+}
+
+// Spec describes the set.
+func (id SetID) Spec() SetSpec {
+	r, fam := role(id%SetID(numRoles)), 4
+	if id >= SetID(numRoles) {
+		fam = 6
+	}
+	return SetSpec{Name: SetName(roles[r].name, fam), Type: roles[r].typ, Family: fam, Comment: roles[r].comment}
+}
+
+// SetSpecs returns every set lbd owns, indexed by SetID.
+func SetSpecs() []SetSpec {
+	out := make([]SetSpec, NumSets)
+	for id := range NumSets {
+		out[id] = id.Spec()
 	}
 	return out
 }
@@ -127,136 +167,142 @@ func (e SetEntry) Compare(o SetEntry) int {
 	)
 }
 
-// sets collects entries per set name, without duplicates. hint sizes a
-// set's map when it is made: growing maps of 100,000 entries by rehashing
-// was most of what a sync allocated at 10,000 services.
-type sets struct {
-	m     map[string]map[SetEntry]struct{}
-	hint  map[string]int
-	names map[string]*[2]string // role -> IPv4 and IPv6 set names, made once
+// Member is one entry of one of lbd's sets.
+type Member struct {
+	Set   SetID
+	Entry SetEntry
 }
 
-func newSets() sets {
-	return sets{m: map[string]map[SetEntry]struct{}{}, hint: map[string]int{}, names: map[string]*[2]string{}}
+// setInputs is what set members derive from besides the virtual servers.
+type setInputs struct {
+	hostAddrs []netip.Addr
+	localNets []netip.Prefix
+	rsNets    []netip.Prefix // configured real_server_networks; none: one /32 (/128) per real server
 }
 
-// name is SetName without a string concatenation per entry.
-func (s sets) name(role string, fam int) string {
-	n := s.names[role]
-	if n == nil {
-		n = &[2]string{SetName(role, 4), SetName(role, 6)}
-		s.names[role] = n
-	}
-	if fam == 6 {
-		return n[1]
-	}
-	return n[0]
+func (a setInputs) equal(b setInputs) bool {
+	return slices.Equal(a.hostAddrs, b.hostAddrs) && slices.Equal(a.localNets, b.localNets) && slices.Equal(a.rsNets, b.rsNets)
 }
 
-// expect adds n to the expected size of a role's set in family fam.
-func (s sets) expect(role string, fam, n int) { s.hint[s.name(role, fam)] += n }
+// SameSetInputs reports whether st and o give every virtual server the
+// same set members (the inputs besides the virtual servers are equal).
+func (st *State) SameSetInputs(o *State) bool { return st.sets.equal(o.sets) }
 
-func (s sets) add(role string, e SetEntry) {
-	fam := 4
-	switch {
-	case e.IP.IsValid() && e.IP.Is6(), !e.IP.IsValid() && e.Net.Addr().Is6():
-		fam = 6
+// entryFamily is the family of the set an entry belongs in.
+func entryFamily(e SetEntry) int {
+	if e.IP.IsValid() && e.IP.Is6() || !e.IP.IsValid() && e.Net.Addr().Is6() {
+		return 6
 	}
-	name := s.name(role, fam)
-	set := s.m[name]
-	if set == nil {
-		set = make(map[SetEntry]struct{}, s.hint[name])
-		s.m[name] = set
-	}
-	set[e] = struct{}{}
+	return 4
 }
 
-// list returns every set's entries, in no particular order: appliers
-// compare them as sets, and sorting hundreds of thousands of entries on
-// every sync is wasted (lbd plan sorts what it prints).
-func (s sets) list() map[string][]SetEntry {
-	out := make(map[string][]SetEntry, len(SetSpecs()))
+func member(r role, e SetEntry) Member { return Member{Set: setID(r, entryFamily(e)), Entry: e} }
+
+// AppendGlobalMembers appends the members that belong to no virtual
+// server: the configured local and real server networks.
+func (st *State) AppendGlobalMembers(buf []Member) []Member {
+	for _, p := range st.sets.localNets {
+		buf = append(buf, member(roleLocalNets, SetEntry{Net: p}))
+	}
+	for _, p := range st.sets.rsNets {
+		buf = append(buf, member(roleRSNets, SetEntry{Net: p}))
+	}
+	return buf
+}
+
+// AppendMembers appends the set members virtual server vs needs (several
+// virtual servers may need the same one). They are derived on demand, not
+// stored: at 10,000 services they are ~200,000 entries.
+func (st *State) AppendMembers(buf []Member, vs *Service) []Member {
+	k := vs.Key
+	e := SetEntry{IP: k.Addr, Proto: k.Protocol, Port: k.Port}
+	buf = append(buf, member(roleServices, e))
+	if vs.NodePort {
+		buf = append(buf, member(roleNodePorts, e))
+	} else {
+		buf = append(buf, member(roleVIPs, SetEntry{IP: k.Addr}))
+	}
+	switch vs.SNAT {
+	case config.SNATAlways:
+		buf = append(buf, member(roleMasqAll, e))
+	case config.SNATAuto:
+		buf = append(buf, member(roleMasqAuto, e))
+	}
+	for _, d := range vs.Dests {
+		a := d.Addr.Addr()
+		buf = append(buf, member(roleLoopback, SetEntry{IP: a, Proto: k.Protocol, Port: d.Addr.Port(), IP2: a}))
+		if len(st.sets.rsNets) == 0 {
+			buf = append(buf, member(roleRSNets, SetEntry{Net: netip.PrefixFrom(a, a.BitLen())}))
+		}
+	}
+	if len(vs.SourceRanges) == 0 {
+		return buf
+	}
+	buf = append(buf, member(roleFirewall, e))
+	for _, p := range vs.SourceRanges {
+		buf = append(buf, member(roleSrcRanges, SetEntry{IP: k.Addr, Proto: k.Protocol, Port: k.Port, Net: p}))
+	}
+	// The director itself may always reach the service.
+	for _, a := range st.sets.hostAddrs {
+		if a.Is4() == k.Addr.Is4() {
+			buf = append(buf, member(roleSrcIPs, SetEntry{IP: k.Addr, Proto: k.Protocol, Port: k.Port, IP2: a}))
+		}
+	}
+	return buf
+}
+
+// SameMembers reports whether two virtual servers of the same key need
+// the same set members, given the same set inputs.
+func SameMembers(a, b *Service) bool {
+	if a.Key != b.Key || a.SNAT != b.SNAT || a.NodePort != b.NodePort || len(a.Dests) != len(b.Dests) ||
+		!slices.Equal(a.SourceRanges, b.SourceRanges) {
+		return false
+	}
+	if len(a.Dests) == 0 || &a.Dests[0] == &b.Dests[0] {
+		return true // shared: Compute reuses an unchanged service's destinations
+	}
+	for i := range a.Dests {
+		if a.Dests[i].Addr != b.Dests[i].Addr {
+			return false
+		}
+	}
+	return true
+}
+
+// SetEntries returns every set's entries, without duplicates and in no
+// particular order, with an entry (possibly nil) for every set lbd owns.
+// It is for lbd plan and tests; the ipset applier works from the members.
+func (st *State) SetEntries() map[string][]SetEntry {
+	out := make(map[string][]SetEntry, NumSets)
 	for _, spec := range SetSpecs() {
 		out[spec.Name] = nil
 	}
-	for name, m := range s.m {
-		out[name] = slices.AppendSeq(make([]SetEntry, 0, len(m)), maps.Keys(m))
+	seen := map[Member]bool{}
+	add := func(ms []Member) {
+		for _, m := range ms {
+			if !seen[m] {
+				seen[m] = true
+				name := m.Set.Spec().Name
+				out[name] = append(out[name], m.Entry)
+			}
+		}
+	}
+	var buf []Member
+	add(st.AppendGlobalMembers(buf[:0]))
+	for i := range st.Services {
+		buf = st.AppendMembers(buf[:0], &st.Services[i])
+		add(buf)
 	}
 	return out
 }
 
-// filterSets computes every set's entries for the virtual servers st
-// already holds.
-func filterSets(cfg *config.Config, services []config.Service, st *State, hostAddrs []netip.Addr) map[string][]SetEntry {
-	s := newSets()
-	for _, vs := range st.Services {
-		fam := family(vs.Key.Addr)
-		s.expect(SetServices, fam, 1)
-		s.expect(SetVIPs, fam, 1)
-		s.expect(SetMasqAuto, fam, 1)
-		s.expect(SetLoopback, fam, len(vs.Dests))
-		if len(cfg.Dataplane.RealServerNetworks) == 0 {
-			s.expect(SetRSNets, fam, len(vs.Dests))
-		}
-	}
-	for _, p := range cfg.Dataplane.LocalNetworks {
-		s.add(SetLocalNets, SetEntry{Net: p})
-	}
-	for _, p := range cfg.Dataplane.RealServerNetworks {
-		s.add(SetRSNets, SetEntry{Net: p})
-	}
-	byName := map[string]*config.Service{}
-	for i := range services {
-		byName[services[i].Name] = &services[i]
-	}
-	isVIP := map[netip.Addr]bool{}
-	for _, v := range st.VIPs {
-		isVIP[v] = true
-		s.add(SetVIPs, SetEntry{IP: v})
-	}
-	for _, vs := range st.Services {
-		svc := byName[vs.Name]
-		k := vs.Key
-		e := SetEntry{IP: k.Addr, Proto: k.Protocol, Port: k.Port}
-		s.add(SetServices, e)
-		if !isVIP[k.Addr] {
-			s.add(SetNodePorts, e)
-		}
-		switch svc.SNAT {
-		case config.SNATAlways:
-			s.add(SetMasqAll, e)
-		case config.SNATAuto:
-			s.add(SetMasqAuto, e)
-		}
-		for _, d := range vs.Dests {
-			s.add(SetLoopback, SetEntry{IP: d.Addr.Addr(), Proto: k.Protocol, Port: d.Addr.Port(), IP2: d.Addr.Addr()})
-			if len(cfg.Dataplane.RealServerNetworks) == 0 {
-				s.add(SetRSNets, SetEntry{Net: netip.PrefixFrom(d.Addr.Addr(), d.Addr.Addr().BitLen())})
-			}
-		}
-		if len(svc.SourceRanges) == 0 {
-			continue
-		}
-		s.add(SetFirewall, e)
-		for _, p := range svc.SourceRanges {
-			s.add(SetSrcRanges, SetEntry{IP: k.Addr, Proto: k.Protocol, Port: k.Port, Net: p})
-		}
-		// The director itself may always reach the service.
-		for _, a := range hostAddrs {
-			if a.Is4() == k.Addr.Is4() {
-				s.add(SetSrcIPs, SetEntry{IP: k.Addr, Proto: k.Protocol, Port: k.Port, IP2: a})
-			}
-		}
-	}
-	return s.list()
-}
-
 // nodeAddrs returns the box's addresses that serve NodePort-like services:
-// inside node_cidrs, never loopback, link-local or one of lbd's VIPs.
-func nodeAddrs(cfg *config.Config, hostAddrs []netip.Addr, vips map[netip.Addr]bool) []netip.Addr {
+// inside node_cidrs, never loopback, link-local or one of lbd's VIPs
+// (sorted).
+func nodeAddrs(cfg *config.Config, hostAddrs []netip.Addr, vips []netip.Addr) []netip.Addr {
 	var out []netip.Addr
 	for _, a := range hostAddrs {
-		if a.IsLoopback() || a.IsLinkLocalUnicast() || vips[a] {
+		if _, isVIP := slices.BinarySearchFunc(vips, a, netip.Addr.Compare); isVIP || a.IsLoopback() || a.IsLinkLocalUnicast() {
 			continue
 		}
 		if slices.ContainsFunc(cfg.Dataplane.NodeCIDRs, func(p netip.Prefix) bool { return p.Contains(a) }) {

@@ -10,7 +10,7 @@ import (
 )
 
 func entries(st State, set string) string {
-	es := slices.SortedFunc(slices.Values(st.Sets[set]), SetEntry.Compare)
+	es := slices.SortedFunc(slices.Values(st.SetEntries()[set]), SetEntry.Compare)
 	var out []string
 	for _, e := range es {
 		out = append(out, e.String())
@@ -80,8 +80,8 @@ announce_interface = "eth1"
 			t.Errorf("%s:\n got %q\nwant %q", tt.set, got, tt.want)
 		}
 	}
-	if len(st.Sets) != len(SetSpecs()) {
-		t.Errorf("%d sets; want every set lbd owns (%d), empty ones included", len(st.Sets), len(SetSpecs()))
+	if n := len(st.SetEntries()); n != len(SetSpecs()) {
+		t.Errorf("%d sets; want every set lbd owns (%d), empty ones included", n, len(SetSpecs()))
 	}
 	if got := st.NodeAddrs; !slices.Equal(got, []netip.Addr{netip.MustParseAddr("198.51.100.7"), netip.MustParseAddr("2001:db8:ff::7")}) {
 		t.Errorf("node addresses %v", got)

@@ -6,12 +6,17 @@
 package ipset
 
 import (
+	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"maps"
+	"net/netip"
 	"slices"
 	"strings"
+	"syscall"
 
+	"github.com/lbdproject/lbd/config"
 	"github.com/lbdproject/lbd/dataplane/desired"
 )
 
@@ -44,105 +49,311 @@ type Stats struct {
 	Entries int // entries in lbd's sets after the apply
 }
 
-// Applier applies lbd's sets.
+// Applier applies lbd's sets. It keeps, for every entry the desired state
+// needs, how many virtual servers need it: entries are shared (a real
+// server's network by all its services, a VIP by all its ports), and the
+// counts let a sync touch only the members of the virtual servers that
+// changed.
 type Applier struct {
 	k     Kernel
-	cache map[string]map[desired.SetEntry]bool // nil until a dump succeeded
+	count map[key]int32
+	// perSet counts count's keys by set.
+	perSet [desired.NumSets]int
+	// prev is the state last applied without error; nil until a full
+	// apply succeeded and after any failed write.
+	prev *desired.State
+	buf  []desired.Member
 }
 
 // New returns an Applier over k.
 func New(k Kernel) *Applier { return &Applier{k: k} }
 
-// Apply makes every set in specs exist with exactly the entries in want.
-func (a *Applier) Apply(specs []desired.SetSpec, want map[string][]desired.SetEntry, full bool) (Stats, error) {
-	var st Stats
-	if full || a.cache == nil {
-		dump, err := a.k.Dump()
-		st.Dumps++
-		if err != nil {
-			a.cache = nil
-			return st, fmt.Errorf("listing ipsets: %w", err)
-		}
-		a.cache = map[string]map[desired.SetEntry]bool{}
-		for _, spec := range specs {
-			s, ok := dump[spec.Name]
-			if !ok || s.Type != spec.Type || s.Family != spec.Family {
-				continue // created below
+// Apply makes every set lbd owns exist with exactly the members st needs.
+// With full (or after a failure) it dumps every set and repairs them;
+// otherwise it compares st with the state it last applied and writes the
+// members of the virtual servers that differ.
+func (a *Applier) Apply(st *desired.State, full bool) (Stats, error) {
+	if full || a.prev == nil {
+		return a.applyFull(st)
+	}
+	return a.applyChanges(st)
+}
+
+// applyChanges updates the counts by the virtual servers that differ from
+// the previous state and writes the entries whose count left or reached 0.
+func (a *Applier) applyChanges(st *desired.State) (Stats, error) {
+	var stats Stats
+	before := map[key]int32{} // touched keys, with their count before
+	adjust := func(ms []desired.Member, d int32) {
+		for _, m := range ms {
+			k := toKey(m)
+			n := a.count[k]
+			if _, ok := before[k]; !ok {
+				before[k] = n
 			}
-			m := make(map[desired.SetEntry]bool, len(s.Entries))
-			for _, e := range s.Entries {
-				m[e] = true
-			}
-			a.cache[spec.Name] = m
-		}
-		// A set of lbd's name but the wrong type (an older lbd, a hand
-		// edit) is replaced; a set in use by a rule cannot be, and says so.
-		for _, spec := range specs {
-			if s, ok := dump[spec.Name]; ok && (s.Type != spec.Type || s.Family != spec.Family) {
-				st.Writes++
-				if err := a.k.Destroy(spec.Name); err != nil {
-					return st, fmt.Errorf("replacing ipset %s (%s, want %s): %w", spec.Name, s.Type, spec.Type, err)
-				}
-			}
+			a.count[k] = n + d
 		}
 	}
+	prev := a.prev
+	change := func(old, cur *desired.Service) {
+		if old != nil {
+			a.buf = prev.AppendMembers(a.buf[:0], old)
+			adjust(a.buf, -1)
+		}
+		if cur != nil {
+			a.buf = st.AppendMembers(a.buf[:0], cur)
+			adjust(a.buf, +1)
+		}
+	}
+	same := st.SameSetInputs(prev)
+	if !same {
+		adjust(prev.AppendGlobalMembers(a.buf[:0]), -1)
+		adjust(st.AppendGlobalMembers(a.buf[:0]), +1)
+	}
+	// Both lists are sorted by key: walk them side by side.
+	ps, ss := prev.Services, st.Services
+	for i, j := 0, 0; i < len(ps) || j < len(ss); {
+		var c int
+		switch {
+		case i == len(ps):
+			c = 1
+		case j == len(ss):
+			c = -1
+		default:
+			c = ps[i].Key.Compare(ss[j].Key)
+		}
+		switch {
+		case c < 0:
+			change(&ps[i], nil)
+			i++
+		case c > 0:
+			change(nil, &ss[j])
+			j++
+		default:
+			if !same || !desired.SameMembers(&ps[i], &ss[j]) {
+				change(&ps[i], &ss[j])
+			}
+			i, j = i+1, j+1
+		}
+	}
+	var adds, dels []key
+	for k, was := range before {
+		now := a.count[k]
+		if now == 0 {
+			delete(a.count, k)
+		}
+		switch {
+		case was == 0 && now > 0:
+			adds = append(adds, k)
+		case was > 0 && now == 0:
+			dels = append(dels, k)
+		}
+	}
+	err := a.write(adds, dels, &stats)
+	if err != nil {
+		a.prev = nil // re-read before trusting the counts again
+	} else {
+		a.prev = st
+	}
+	stats.Entries = len(a.count)
+	return stats, err
+}
+
+// write adds and deletes entries (sorted, so that errors and tests see a
+// stable order), keeping perSet in step.
+func (a *Applier) write(adds, dels []key, stats *Stats) error {
+	slices.SortFunc(adds, key.compare)
+	slices.SortFunc(dels, key.compare)
 	var errs []error
-	for _, spec := range specs {
-		have, ok := a.cache[spec.Name]
+	for _, k := range adds {
+		name, e := k.set.Spec().Name, k.entry()
+		stats.Writes++
+		if err := a.k.Add(name, e); err != nil {
+			errs = append(errs, fmt.Errorf("adding %s to ipset %s: %w", e, name, err))
+			continue
+		}
+		a.perSet[k.set]++
+	}
+	for _, k := range dels {
+		name, e := k.set.Spec().Name, k.entry()
+		stats.Writes++
+		if err := a.k.Del(name, e); err != nil {
+			errs = append(errs, fmt.Errorf("deleting %s from ipset %s: %w", e, name, err))
+			continue
+		}
+		a.perSet[k.set]--
+	}
+	return errors.Join(errs...)
+}
+
+// applyFull counts st's members from scratch and makes the kernel's sets
+// hold exactly them.
+func (a *Applier) applyFull(st *desired.State) (Stats, error) {
+	var stats Stats
+	a.prev = nil
+	dump, err := a.k.Dump()
+	stats.Dumps++
+	if err != nil {
+		return stats, fmt.Errorf("listing ipsets: %w", err)
+	}
+	count := make(map[key]int32, len(a.count))
+	add := func(ms []desired.Member) {
+		for _, m := range ms {
+			count[toKey(m)]++
+		}
+	}
+	add(st.AppendGlobalMembers(a.buf[:0]))
+	for i := range st.Services {
+		a.buf = st.AppendMembers(a.buf[:0], &st.Services[i])
+		add(a.buf)
+	}
+	a.count = count
+	var errs []error
+	var dels []key
+	usable := [desired.NumSets]bool{}
+	for id := range desired.NumSets {
+		spec := id.Spec()
+		s, ok := dump[spec.Name]
+		// A set of lbd's name but the wrong type (an older lbd, a hand
+		// edit) is replaced; a set in use by a rule cannot be, and says so.
+		if ok && (s.Type != spec.Type || s.Family != spec.Family) {
+			stats.Writes++
+			if err := a.k.Destroy(spec.Name); err != nil {
+				return stats, fmt.Errorf("replacing ipset %s (%s, want %s): %w", spec.Name, s.Type, spec.Type, err)
+			}
+			ok = false
+		}
 		if !ok {
-			st.Writes++
+			stats.Writes++
 			if err := a.k.Create(spec); err != nil {
 				errs = append(errs, fmt.Errorf("creating ipset %s: %w", spec.Name, err))
 				continue
 			}
-			have = map[desired.SetEntry]bool{}
-			a.cache[spec.Name] = have
 		}
-		wantSet := make(map[desired.SetEntry]bool, len(want[spec.Name]))
-		for _, e := range want[spec.Name] {
-			wantSet[e] = true
-			if have[e] {
-				continue
+		usable[id] = true
+		// Mark what the kernel has by negating its count (no second map of
+		// 200,000 entries); what it has and nobody needs goes.
+		for _, e := range s.Entries {
+			k := toKey(desired.Member{Set: id, Entry: e})
+			switch n := count[k]; {
+			case n > 0:
+				count[k] = -n
+			case n == 0:
+				dels = append(dels, k)
 			}
-			st.Writes++
-			if err := a.k.Add(spec.Name, e); err != nil {
-				errs = append(errs, fmt.Errorf("adding %s to ipset %s: %w", e, spec.Name, err))
-				continue
-			}
-			have[e] = true
 		}
-		// Every wanted entry is in have now (or failed): only a larger
-		// have holds entries to delete, so most syncs skip the scan.
-		if len(have) <= len(wantSet) {
-			st.Entries += len(have)
-			continue
-		}
-		for _, e := range slices.SortedFunc(maps.Keys(have), desired.SetEntry.Compare) {
-			if wantSet[e] {
-				continue
-			}
-			st.Writes++
-			if err := a.k.Del(spec.Name, e); err != nil {
-				errs = append(errs, fmt.Errorf("deleting %s from ipset %s: %w", e, spec.Name, err))
-				continue
-			}
-			delete(have, e)
-		}
-		st.Entries += len(have)
 	}
-	if len(errs) > 0 {
-		a.cache = nil // re-read before trusting it again
+	var adds []key
+	for k, n := range count {
+		switch {
+		case n < 0:
+			count[k] = -n
+		case usable[k.set]:
+			adds = append(adds, k)
+		}
 	}
-	return st, errors.Join(errs...)
+	a.perSet = [desired.NumSets]int{}
+	for k := range count {
+		a.perSet[k.set]++
+	}
+	// write counts what it adds and deletes: start from what is there.
+	for _, k := range adds {
+		a.perSet[k.set]--
+	}
+	for _, k := range dels {
+		a.perSet[k.set]++
+	}
+	if err := a.write(adds, dels, &stats); err != nil {
+		errs = append(errs, err)
+	}
+	if len(errs) == 0 {
+		a.prev = st
+	}
+	stats.Entries = len(a.count)
+	return stats, errors.Join(errs...)
 }
 
 // Counts returns the number of entries per set as last applied.
 func (a *Applier) Counts() map[string]int {
-	out := make(map[string]int, len(a.cache))
-	for name, m := range a.cache {
-		out[name] = len(m)
+	out := make(map[string]int, desired.NumSets)
+	for id := range desired.NumSets {
+		out[id.Spec().Name] = a.perSet[id]
 	}
 	return out
+}
+
+// key is a member in 40 bytes instead of 112: the applier keeps one per
+// entry of lbd's sets (~200,000 at 10,000 services x 10 real servers).
+// The set's type and family say how to read it back (entry).
+type key struct {
+	ip, ip2 [16]byte // ip2 holds IP2 or, with an IP, Net's address
+	port    uint16
+	set     desired.SetID
+	proto   uint8
+	bits    uint8 // Net's prefix length
+}
+
+func toKey(m desired.Member) key {
+	e := m.Entry
+	k := key{set: m.Set, port: e.Port, proto: protoNum(e.Proto)}
+	switch {
+	case e.IP.IsValid():
+		k.ip = e.IP.As16()
+		if e.IP2.IsValid() {
+			k.ip2 = e.IP2.As16()
+		} else if e.Net.IsValid() {
+			k.ip2, k.bits = e.Net.Addr().As16(), uint8(e.Net.Bits())
+		}
+	case e.Net.IsValid():
+		k.ip, k.bits = e.Net.Addr().As16(), uint8(e.Net.Bits())
+	}
+	return k
+}
+
+// entry turns k back into the entry its set holds.
+func (k key) entry() desired.SetEntry {
+	spec := k.set.Spec()
+	addr := func(b [16]byte) netip.Addr {
+		a := netip.AddrFrom16(b)
+		if spec.Family == 4 {
+			a = a.Unmap()
+		}
+		return a
+	}
+	var e desired.SetEntry
+	switch spec.Type {
+	case desired.HashNet:
+		e.Net = netip.PrefixFrom(addr(k.ip), int(k.bits))
+		return e
+	case desired.HashIP:
+		e.IP = addr(k.ip)
+		return e
+	}
+	e.IP, e.Port = addr(k.ip), k.port
+	e.Proto = config.TCP
+	if k.proto == syscall.IPPROTO_UDP {
+		e.Proto = config.UDP
+	}
+	switch spec.Type {
+	case desired.HashIPPortIP:
+		e.IP2 = addr(k.ip2)
+	case desired.HashIPPortNT:
+		e.Net = netip.PrefixFrom(addr(k.ip2), int(k.bits))
+	}
+	return e
+}
+
+// protoNum is the IP protocol number of p (TCP unless UDP).
+func protoNum(p config.Protocol) uint8 {
+	if p == config.UDP {
+		return syscall.IPPROTO_UDP
+	}
+	return syscall.IPPROTO_TCP
+}
+
+func (k key) compare(o key) int {
+	return cmp.Or(cmp.Compare(k.set, o.set), bytes.Compare(k.ip[:], o.ip[:]), cmp.Compare(k.proto, o.proto),
+		cmp.Compare(k.port, o.port), bytes.Compare(k.ip2[:], o.ip2[:]), cmp.Compare(k.bits, o.bits))
 }
 
 // Cleanup destroys every lbd set (after the rules that use them are gone).

@@ -64,12 +64,12 @@ func TestApplyOnTheKernel(t *testing.T) {
 	specs := desired.SetSpecs()
 	st := state(t, "")
 
-	res, err := a.Apply(specs, st.Sets, false)
+	res, err := a.Apply(&st, false)
 	if err != nil {
 		t.Fatal(err)
 	}
 	total := 0
-	for _, es := range st.Sets {
+	for _, es := range st.SetEntries() {
 		total += len(es)
 	}
 	if res.Entries != total || res.Writes != 1+len(specs)+total {
@@ -102,7 +102,7 @@ func TestApplyOnTheKernel(t *testing.T) {
 		if s.drift != nil {
 			testnetns.Run(t, ns, s.drift...)
 		}
-		res, err := a.Apply(specs, s.st.Sets, s.full)
+		res, err := a.Apply(&s.st, s.full)
 		if err != nil {
 			t.Fatalf("%s: %v", s.name, err)
 		}

@@ -95,13 +95,6 @@ func (k *NetlinkKernel) Del(set string, e desired.SetEntry) error {
 	return k.h.IpsetDel(set, toNetlink(e))
 }
 
-func protoNum(p config.Protocol) uint8 {
-	if p == config.UDP {
-		return syscall.IPPROTO_UDP
-	}
-	return syscall.IPPROTO_TCP
-}
-
 func toNetlink(e desired.SetEntry) *netlink.IPSetEntry {
 	n := &netlink.IPSetEntry{}
 	switch {

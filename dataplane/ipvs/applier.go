@@ -84,18 +84,35 @@ type Applier struct {
 	// valid is false until a dump succeeded and after any failed write:
 	// then the cache cannot be trusted and the next Apply dumps.
 	valid bool
+	// prev is the list last applied without error, while valid: a
+	// requested sync skips the virtual servers that did not change.
+	// prevEntries holds their cache entries, in the same order.
+	prev        []desired.Service
+	prevEntries []*entry
+	// epoch is the origin of destState.draining.
+	epoch time.Time
 }
 
 type entry struct {
-	svc   Service // attributes only; destinations are in dests
-	dests map[netip.AddrPort]*destState
+	svc   Service     // attributes only; destinations are in dests
+	dests []destState // sorted by address
 }
 
+// destState is one destination as the applier knows it, in 56 bytes: the
+// cache holds one per real server of every service (100,000 at scale).
 type destState struct {
-	weight   int
-	conns    int       // active + inactive at the last dump
-	active   int       // at the last dump
-	draining time.Time // when it left the desired state; zero if it has not
+	addr   netip.AddrPort
+	weight int32
+	active int32 // at the last dump
+	conns  int32 // active + inactive at the last dump
+	// draining is when it left the desired state, as time since the
+	// applier's epoch (monotonic); 0 if it has not.
+	draining time.Duration
+}
+
+// find returns where addr is (or would be) in e.dests.
+func (e *entry) find(addr netip.AddrPort) (int, bool) {
+	return slices.BinarySearchFunc(e.dests, addr, func(d destState, a netip.AddrPort) int { return d.addr.Compare(a) })
 }
 
 // New returns an Applier for k that records ownership in ledger.
@@ -126,11 +143,17 @@ func (a *Applier) Apply(want []desired.Service, full bool) (Result, error) {
 	owned := a.owned
 	freshConns := false
 	if full || !a.valid {
+		a.prev = nil
 		if err := a.refresh(owned, want); err != nil {
 			return res, err
 		}
 		res.Dumps++
 		freshConns = true
+	}
+	if a.prev != nil && sameKeys(a.prev, want) {
+		// The common requested sync: the same virtual servers, some
+		// destinations changed. Only those are visited.
+		return a.applyChanged(want)
 	}
 	// Record ownership before creating anything, so that a crash between
 	// the two can leave nothing lbd would not later remove.
@@ -170,7 +193,9 @@ func (a *Applier) Apply(want []desired.Service, full bool) (Result, error) {
 		if note(a.k.DeleteService(key), "deleting virtual server %s", key) {
 			delete(a.cache, key)
 			if key.Protocol == config.UDP {
-				res.DeletedUDP = slices.AppendSeq(res.DeletedUDP, maps.Keys(e.dests))
+				for _, d := range e.dests {
+					res.DeletedUDP = append(res.DeletedUDP, d.addr)
+				}
 			}
 		}
 	}
@@ -187,7 +212,88 @@ func (a *Applier) Apply(want []desired.Service, full bool) (Result, error) {
 			a.owned = next
 		}
 	}
+	a.remember(want, errs)
 	return res, errors.Join(errs...)
+}
+
+// remember keeps want as the base of the next requested sync when it was
+// applied in full.
+func (a *Applier) remember(want []desired.Service, errs []error) {
+	a.prev, a.prevEntries = nil, a.prevEntries[:0]
+	if len(errs) > 0 || !a.valid {
+		return
+	}
+	for i := range want {
+		e := a.cache[want[i].Key]
+		if e == nil {
+			a.prevEntries = a.prevEntries[:0]
+			return
+		}
+		a.prevEntries = append(a.prevEntries, e)
+	}
+	a.prev = want
+}
+
+// applyChanged applies want, which has the same keys in the same order as
+// a.prev, visiting only the virtual servers that differ from a.prev or
+// still drain destinations.
+func (a *Applier) applyChanged(want []desired.Service) (Result, error) {
+	var res Result
+	var errs []error
+	note := func(err error, format string, args ...any) bool {
+		res.Writes++
+		if err != nil {
+			a.valid = false
+			errs = append(errs, fmt.Errorf(format+": %w", append(args, err)...))
+			return false
+		}
+		return true
+	}
+	now := time.Now()
+	for i := range want {
+		s := &want[i]
+		if unchanged(&a.prev[i], s) && len(a.prevEntries[i].dests) == len(s.Dests) {
+			continue // nothing to write, nothing draining
+		}
+		a.applyService(*s, now, false, &res, note)
+	}
+	if len(errs) > 0 || !a.valid {
+		a.prev = nil
+	} else {
+		a.prev = want // same keys: the entries stay
+	}
+	return res, errors.Join(errs...)
+}
+
+// sameKeys reports whether a and b list the same virtual servers in the
+// same order.
+func sameKeys(a, b []desired.Service) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i].Key != b[i].Key {
+			return false
+		}
+	}
+	return true
+}
+
+// unchanged reports whether b asks the kernel for what a asked.
+func unchanged(a, b *desired.Service) bool {
+	if a.Scheduler != b.Scheduler || a.Flags != b.Flags || a.Timeout != b.Timeout || a.Netmask != b.Netmask ||
+		a.DrainTimeout != b.DrainTimeout || len(a.Dests) != len(b.Dests) {
+		return false
+	}
+	if len(a.Dests) == 0 || &a.Dests[0] == &b.Dests[0] {
+		return true // shared: desired.Compute reuses unchanged destinations
+	}
+	for i := range a.Dests {
+		if a.Dests[i].Addr != b.Dests[i].Addr || a.Dests[i].Weight != b.Dests[i].Weight {
+			return false
+		}
+	}
+	return true
 }
 
 type noteFunc func(err error, format string, args ...any) bool
@@ -209,7 +315,7 @@ func (a *Applier) applyService(s desired.Service, now time.Time, freshConns bool
 		if !note(a.k.AddService(svc), "adding %s", where) {
 			return
 		}
-		e = &entry{svc: svc, dests: map[netip.AddrPort]*destState{}}
+		e = &entry{svc: svc, dests: make([]destState, 0, len(s.Dests))}
 		a.cache[s.Key] = e
 	case !sameAttrs(e.svc, fromDesired(s)):
 		svc := fromDesired(s)
@@ -220,18 +326,18 @@ func (a *Applier) applyService(s desired.Service, now time.Time, freshConns bool
 	}
 
 	for _, d := range s.Dests {
-		ds := e.dests[d.Addr]
+		i, found := e.find(d.Addr)
 		switch {
-		case ds == nil:
+		case !found:
 			if note(a.k.AddDest(s.Key, Dest{Addr: d.Addr, Weight: d.Weight}), "adding real server %s (from %s) to %s", d.Addr, d.Source, where) {
-				e.dests[d.Addr] = &destState{weight: d.Weight}
+				e.dests = slices.Insert(e.dests, i, destState{addr: d.Addr, weight: int32(d.Weight)})
 			}
-		case ds.weight != d.Weight:
+		case int(e.dests[i].weight) != d.Weight:
 			if note(a.k.UpdateDest(s.Key, Dest{Addr: d.Addr, Weight: d.Weight}), "setting weight %d of real server %s in %s", d.Weight, d.Addr, where) {
-				ds.weight, ds.draining = d.Weight, time.Time{}
+				e.dests[i].weight, e.dests[i].draining = int32(d.Weight), 0
 			}
 		default:
-			ds.draining = time.Time{} // back in the desired state: drain over
+			e.dests[i].draining = 0 // back in the desired state: drain over
 		}
 	}
 	// Every desired destination is now cached (or failed to be added):
@@ -240,37 +346,44 @@ func (a *Applier) applyService(s desired.Service, now time.Time, freshConns bool
 	if len(e.dests) <= len(s.Dests) {
 		return
 	}
-	wantDests := make(map[netip.AddrPort]bool, len(s.Dests))
-	for _, d := range s.Dests {
-		wantDests[d.Addr] = true
+	if a.epoch.IsZero() {
+		a.epoch = now.Add(-1) // draining 0 means "not draining"
 	}
-	for _, addr := range slices.SortedFunc(maps.Keys(e.dests), netip.AddrPort.Compare) {
-		if wantDests[addr] {
+	since := now.Sub(a.epoch)
+	kept := e.dests[:0] // in place: kept never passes the element read
+	for _, ds := range e.dests {
+		if _, wanted := slices.BinarySearchFunc(s.Dests, ds.addr, func(d desired.Dest, a netip.AddrPort) int { return d.Addr.Compare(a) }); wanted {
+			kept = append(kept, ds)
 			continue
 		}
-		ds := e.dests[addr]
+		addr := ds.addr
 		deleteNow := s.Key.Protocol == config.UDP || s.DrainTimeout == 0 ||
-			(!ds.draining.IsZero() && (now.Sub(ds.draining) >= s.DrainTimeout || freshConns && ds.conns == 0))
+			(ds.draining != 0 && (since-ds.draining >= s.DrainTimeout || freshConns && ds.conns == 0))
 		if deleteNow {
 			if note(a.k.DeleteDest(s.Key, addr), "deleting real server %s from %s", addr, where) {
-				delete(e.dests, addr)
 				if s.Key.Protocol == config.UDP {
 					res.DeletedUDP = append(res.DeletedUDP, addr)
 				}
+				continue
 			}
+			kept = append(kept, ds)
 			continue
 		}
 		if ds.weight != 0 {
 			if !note(a.k.UpdateDest(s.Key, Dest{Addr: addr, Weight: 0}), "draining real server %s of %s", addr, where) {
+				kept = append(kept, ds)
 				continue
 			}
 			ds.weight = 0
 		}
-		if ds.draining.IsZero() {
-			ds.draining = now
+		if ds.draining == 0 {
+			ds.draining = since
 		}
 		res.Draining++
+		kept = append(kept, ds)
 	}
+	clear(e.dests[len(kept):])
+	e.dests = kept
 }
 
 // refresh replaces the cache with a dump of the kernel, keeping what lbd
@@ -291,17 +404,19 @@ func (a *Applier) refresh(owned map[desired.Key]bool, want []desired.Service) er
 		if !relevant[s.Key] {
 			continue // not lbd's: never touched
 		}
-		e := &entry{svc: s, dests: make(map[netip.AddrPort]*destState, len(s.Dests))}
+		e := &entry{svc: s, dests: make([]destState, 0, len(s.Dests))}
 		e.svc.Dests = nil
+		old := a.cache[s.Key]
 		for _, d := range s.Dests {
-			ds := &destState{weight: d.Weight, conns: d.ActiveConns + d.InactiveConns, active: d.ActiveConns}
-			if old, ok := a.cache[s.Key]; ok {
-				if o, ok := old.dests[d.Addr]; ok {
-					ds.draining = o.draining
+			ds := destState{addr: d.Addr, weight: int32(d.Weight), conns: int32(d.ActiveConns + d.InactiveConns), active: int32(d.ActiveConns)}
+			if old != nil {
+				if i, ok := old.find(d.Addr); ok {
+					ds.draining = old.dests[i].draining
 				}
 			}
-			e.dests[d.Addr] = ds
+			e.dests = append(e.dests, ds)
 		}
+		slices.SortFunc(e.dests, func(a, b destState) int { return a.addr.Compare(b.addr) })
 		cache[s.Key] = e
 	}
 	a.cache, a.valid = cache, true
@@ -318,8 +433,8 @@ func (a *Applier) KernelConns() map[desired.Key]map[netip.AddrPort]Conns {
 	out := make(map[desired.Key]map[netip.AddrPort]Conns, len(a.cache))
 	for k, e := range a.cache {
 		m := make(map[netip.AddrPort]Conns, len(e.dests))
-		for addr, d := range e.dests {
-			m[addr] = Conns{Active: d.active, Inactive: d.conns - d.active}
+		for _, d := range e.dests {
+			m[d.addr] = Conns{Active: int(d.active), Inactive: int(d.conns - d.active)}
 		}
 		out[k] = m
 	}
@@ -332,8 +447,8 @@ func (a *Applier) KernelWeights() map[desired.Key]map[netip.AddrPort]int {
 	out := make(map[desired.Key]map[netip.AddrPort]int, len(a.cache))
 	for k, e := range a.cache {
 		m := make(map[netip.AddrPort]int, len(e.dests))
-		for addr, d := range e.dests {
-			m[addr] = d.weight
+		for _, d := range e.dests {
+			m[d.addr] = int(d.weight)
 		}
 		out[k] = m
 	}

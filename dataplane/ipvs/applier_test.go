@@ -2,6 +2,8 @@ package ipvs_test
 
 import (
 	"errors"
+	"fmt"
+	"math/rand/v2"
 	"net/netip"
 	"strings"
 	"syscall"
@@ -232,5 +234,57 @@ func TestOneBadServiceDoesNotBlockOthers(t *testing.T) {
 	res := f.apply(t, false, svc(web, "wrr", rs1, 1), svc(dns, "rr", rs2, 1))
 	if res.Dumps != 1 || res.Writes != 2 {
 		t.Errorf("retry: %+v; want 1 dump, 2 writes", res.Stats)
+	}
+}
+
+// TestRequestedSyncsFollowRandomChanges drives the applier through random
+// tables, mostly with requested syncs (which skip unchanged virtual servers
+// by comparing with the previous list), and requires the kernel to hold
+// exactly each table after every step; an unchanged table writes nothing.
+func TestRequestedSyncsFollowRandomChanges(t *testing.T) {
+	keys := []desired.Key{web, dns, other}
+	addrs := []netip.AddrPort{rs1, rs2, rs3}
+	for seed := range uint64(20) {
+		r := rand.New(rand.NewPCG(seed, 2))
+		f := newFixture()
+		var prev []desired.Service
+		for step := range 80 {
+			var want []desired.Service
+			for i, k := range keys {
+				if r.IntN(4) == 0 {
+					continue
+				}
+				var dests []any
+				for _, a := range addrs {
+					if r.IntN(3) > 0 {
+						dests = append(dests, a, r.IntN(3))
+					}
+				}
+				s := svc(k, []string{"wrr", "rr"}[r.IntN(2)], dests...)
+				s.DrainTimeout = 0 // deleted at once: the kernel must equal want
+				if i < len(prev) && prev[i].Key == k && r.IntN(2) == 0 {
+					s = prev[i] // the same value again, as desired.Compute reuses it
+				}
+				want = append(want, s)
+			}
+			full := r.IntN(10) == 0
+			if _, err := f.a.Apply(want, full); err != nil {
+				t.Fatalf("seed %d step %d: %v", seed, step, err)
+			}
+			var exp strings.Builder
+			for _, s := range want {
+				fmt.Fprintf(&exp, "%s %s flags=%#x timeout=%d\n", s.Key, s.Scheduler, s.Flags, s.Timeout)
+				for _, d := range s.Dests {
+					fmt.Fprintf(&exp, "  -> %s w=%d\n", d.Addr, d.Weight)
+				}
+			}
+			if got := f.k.String(); got != exp.String() {
+				t.Fatalf("seed %d step %d (full %v): kernel\n%s\nwant\n%s", seed, step, full, got, exp.String())
+			}
+			if res, err := f.a.Apply(want, false); err != nil || res.Writes != 0 || res.Dumps != 0 {
+				t.Fatalf("seed %d step %d: unchanged table: %+v, %v", seed, step, res, err)
+			}
+			prev = want
+		}
 	}
 }

@@ -1,0 +1,127 @@
+// Package fakeipset is an in-memory ipset kernel for tests of code that
+// drives lbd's sets: it refuses what the kernel refuses (adding to or
+// deleting from a missing set, adding an entry twice, deleting a missing
+// one) and counts every call.
+package fakeipset
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+
+	"github.com/lbdproject/lbd/dataplane/desired"
+	"github.com/lbdproject/lbd/dataplane/ipset"
+)
+
+// Kernel is the fake. The zero value has no sets. It is safe for
+// concurrent use.
+type Kernel struct {
+	mu            sync.Mutex
+	sets          map[string]*set
+	Dumps, Writes int
+}
+
+type set struct {
+	spec    desired.SetSpec
+	entries map[desired.SetEntry]bool
+}
+
+var _ ipset.Kernel = (*Kernel)(nil)
+
+// Dump returns a copy of every set.
+func (k *Kernel) Dump() (map[string]ipset.Set, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.Dumps++
+	out := make(map[string]ipset.Set, len(k.sets))
+	for name, s := range k.sets {
+		out[name] = ipset.Set{Type: s.spec.Type, Family: s.spec.Family, Entries: slices.Collect(maps.Keys(s.entries))}
+	}
+	return out, nil
+}
+
+func (k *Kernel) Create(spec desired.SetSpec) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.Writes++
+	if _, ok := k.sets[spec.Name]; ok {
+		return fmt.Errorf("set %s: %w", spec.Name, syscall.EEXIST)
+	}
+	if k.sets == nil {
+		k.sets = map[string]*set{}
+	}
+	k.sets[spec.Name] = &set{spec: spec, entries: map[desired.SetEntry]bool{}}
+	return nil
+}
+
+func (k *Kernel) Destroy(name string) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.Writes++
+	if _, ok := k.sets[name]; !ok {
+		return fmt.Errorf("set %s: %w", name, syscall.ENOENT)
+	}
+	delete(k.sets, name)
+	return nil
+}
+
+func (k *Kernel) Add(name string, e desired.SetEntry) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.Writes++
+	s, ok := k.sets[name]
+	switch {
+	case !ok:
+		return fmt.Errorf("set %s: %w", name, syscall.ENOENT)
+	case s.entries[e]:
+		return fmt.Errorf("%s in %s: %w", e, name, syscall.EEXIST)
+	}
+	s.entries[e] = true
+	return nil
+}
+
+func (k *Kernel) Del(name string, e desired.SetEntry) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.Writes++
+	s, ok := k.sets[name]
+	switch {
+	case !ok:
+		return fmt.Errorf("set %s: %w", name, syscall.ENOENT)
+	case !s.entries[e]:
+		return fmt.Errorf("%s in %s: %w", e, name, syscall.ENOENT)
+	}
+	delete(s.entries, e)
+	return nil
+}
+
+// Flush empties a set, as drift.
+func (k *Kernel) Flush(name string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if s, ok := k.sets[name]; ok {
+		clear(s.entries)
+	}
+}
+
+// String lists every non-empty set's entries, sorted, one set a line.
+func (k *Kernel) String() string {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	var b strings.Builder
+	for _, name := range slices.Sorted(maps.Keys(k.sets)) {
+		s := k.sets[name]
+		if len(s.entries) == 0 {
+			continue
+		}
+		var es []string
+		for _, e := range slices.SortedFunc(maps.Keys(s.entries), desired.SetEntry.Compare) {
+			es = append(es, e.String())
+		}
+		fmt.Fprintf(&b, "%s: %s\n", name, strings.Join(es, " "))
+	}
+	return b.String()
+}
