@@ -364,21 +364,34 @@ func TestMissingMainFile(t *testing.T) {
 }
 
 func TestServiceSame(t *testing.T) {
-	a := writeConfig(t, map[string]string{"lbd.toml": svc + "real_server = [{ address = \"10.0.0.1\" }]\n"})
-	moved := writeConfig(t, map[string]string{"lbd.toml": "\n\n# moved down\n" + svc + "real_server = [{ address = \"10.0.0.1\" }]\n"})
-	changed := writeConfig(t, map[string]string{"lbd.toml": svc + "real_server = [{ address = \"10.0.0.1\", weight = 2 }]\n"})
-	load := func(p string) *Service {
-		cfg, err := Load(p)
+	const check = "health_check = { type = \"http\", path = \"/healthz\" }\n"
+	const rsCheck = "real_server = [{ address = \"10.0.0.1\", health_check = { port = 9000 } }]\n"
+	const rs = "real_server = [{ address = \"10.0.0.1\" }]\n"
+	tests := []struct {
+		name string
+		a, b string
+		same bool
+	}{
+		{"moved in its file", svc + rs, "\n\n# moved down\n" + svc + rs, true},
+		{"moved, with a health check", svc + check + rs, "\n\n" + svc + check + rs, true},
+		{"moved, with a real server's own check", svc + check + rsCheck, "\n# x\n" + svc + check + rsCheck, true},
+		{"a real server's weight", svc + rs, svc + "real_server = [{ address = \"10.0.0.1\", weight = 2 }]\n", false},
+		{"the check's path", svc + check + rs, svc + strings.Replace(check, "healthz", "ready", 1) + rs, false},
+		{"a real server's check port", svc + check + rsCheck, svc + check + strings.Replace(rsCheck, "9000", "9001", 1), false},
+	}
+	load := func(text string) *Service {
+		cfg, err := Load(writeConfig(t, map[string]string{"lbd.toml": text}))
 		if err != nil {
 			t.Fatal(err)
 		}
 		return &cfg.Services[0]
 	}
-	if !load(a).Same(load(moved)) {
-		t.Errorf("a service that only moved in its file is not the same")
-	}
-	if load(a).Same(load(changed)) {
-		t.Errorf("a real server's weight change went unnoticed")
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := load(tt.a).Same(load(tt.b)); got != tt.same {
+				t.Errorf("Same = %v, want %v", got, tt.same)
+			}
+		})
 	}
 }
 

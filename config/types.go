@@ -416,9 +416,24 @@ func (s *Service) Same(o *Service) bool {
 func (s *Service) withoutProvenance() Service {
 	c := *s
 	c.Pos, c.path, c.namePos, c.nodePortPos, c.vipPos = Pos{}, "", Pos{}, Pos{}, nil
+	c.HealthCheck.Pos = Pos{}
 	c.RealServers = slices.Clone(s.RealServers)
+	// Real servers share checks: clear each distinct one once.
+	checks := map[*HealthCheck]*HealthCheck{}
 	for i := range c.RealServers {
-		c.RealServers[i].Pos = Pos{}
+		r := &c.RealServers[i]
+		r.Pos = Pos{}
+		if r.HealthCheck == nil {
+			continue
+		}
+		hc, ok := checks[r.HealthCheck]
+		if !ok {
+			cp := *r.HealthCheck
+			cp.Pos = Pos{}
+			hc = &cp
+			checks[r.HealthCheck] = hc
+		}
+		r.HealthCheck = hc
 	}
 	if s.Consul != nil {
 		cs := *s.Consul
