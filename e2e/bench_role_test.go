@@ -128,6 +128,29 @@ func (c countedIPVS) DeleteDest(k desired.Key, a netip.AddrPort) error {
 	return c.k.DeleteDest(k, a)
 }
 
+// AddServices passes the cold path's batch on when the kernel has one, as
+// lbd uses it; it counts one write per object either way.
+func (c countedIPVS) AddServices(svcs []ipvs.Service) []error {
+	for _, s := range svcs {
+		c.n.writes.Add(int64(1 + len(s.Dests)))
+	}
+	if b, ok := c.k.(ipvs.BatchAdder); ok {
+		return b.AddServices(svcs)
+	}
+	errs := make([]error, len(svcs))
+	for i, s := range svcs {
+		if errs[i] = c.k.AddService(s); errs[i] != nil {
+			continue
+		}
+		for _, d := range s.Dests {
+			if errs[i] = c.k.AddDest(s.Key, d); errs[i] != nil {
+				break
+			}
+		}
+	}
+	return errs
+}
+
 type countedAddrs struct {
 	k addrs.Kernel
 	n *kernelCounts

@@ -222,18 +222,41 @@ func TestUDPRealServerDeletedAtOnce(t *testing.T) {
 	f.expect(t, "192.0.2.53:53/udp rr flags=0x0 timeout=0\n  -> 10.0.0.1:80 w=1\n")
 }
 
-func TestOneBadServiceDoesNotBlockOthers(t *testing.T) {
-	f := newFixture()
-	f.k.Fail = map[desired.Key]error{web: syscall.EINVAL}
-	_, err := f.a.Apply([]desired.Service{svc(web, "wrr", rs1, 1), svc(dns, "rr", rs2, 1)}, false)
-	if !errors.Is(err, syscall.EINVAL) || !strings.Contains(err.Error(), "adding virtual server 192.0.2.10:80/tcp (service svc at test)") {
-		t.Fatalf("err = %v; want the kernel's error, located", err)
+// kernels runs a test with the plain kernel (one call per object) and with
+// one that also creates new virtual servers in batches.
+var kernels = []struct {
+	name  string
+	batch bool
+}{{"one call per object", false}, {"batch", true}}
+
+func fixtureFor(batch bool) *fixture {
+	f := &fixture{k: &fakeipvs.Kernel{}, l: &fakeipvs.Ledger{}}
+	var k ipvs.Kernel = f.k
+	if batch {
+		k = fakeipvs.BatchKernel{Kernel: f.k}
 	}
-	f.expect(t, "192.0.2.53:53/udp rr flags=0x0 timeout=0\n  -> 10.0.0.2:80 w=1\n")
-	// The failure invalidated the cache: the retry dumps, then adds web.
-	res := f.apply(t, false, svc(web, "wrr", rs1, 1), svc(dns, "rr", rs2, 1))
-	if res.Dumps != 1 || res.Writes != 2 {
-		t.Errorf("retry: %+v; want 1 dump, 2 writes", res.Stats)
+	f.a = ipvs.New(k, f.l)
+	return f
+}
+
+func TestOneBadServiceDoesNotBlockOthers(t *testing.T) {
+	for _, kt := range kernels {
+		t.Run(kt.name, func(t *testing.T) {
+			f := fixtureFor(kt.batch)
+			f.k.Fail = map[desired.Key]error{web: syscall.EINVAL}
+			_, err := f.a.Apply([]desired.Service{svc(web, "wrr", rs1, 1), svc(dns, "rr", rs2, 1)}, false)
+			if !errors.Is(err, syscall.EINVAL) || !strings.Contains(err.Error(), "adding virtual server 192.0.2.10:80/tcp (service svc at test)") ||
+				strings.Count(err.Error(), "192.0.2.10") != 1 {
+				t.Fatalf("err = %v; want the kernel's error, located, once", err)
+			}
+			f.expect(t, "192.0.2.53:53/udp rr flags=0x0 timeout=0\n  -> 10.0.0.2:80 w=1\n")
+			// The failure invalidated the cache: the retry dumps, then adds web.
+			res := f.apply(t, false, svc(web, "wrr", rs1, 1), svc(dns, "rr", rs2, 1))
+			if res.Dumps != 1 || res.Writes != 2 {
+				t.Errorf("retry: %+v; want 1 dump, 2 writes", res.Stats)
+			}
+			f.expect(t, "192.0.2.10:80/tcp wrr flags=0x0 timeout=0\n  -> 10.0.0.1:80 w=1\n192.0.2.53:53/udp rr flags=0x0 timeout=0\n  -> 10.0.0.2:80 w=1\n")
+		})
 	}
 }
 
@@ -246,7 +269,7 @@ func TestRequestedSyncsFollowRandomChanges(t *testing.T) {
 	addrs := []netip.AddrPort{rs1, rs2, rs3}
 	for seed := range uint64(20) {
 		r := rand.New(rand.NewPCG(seed, 2))
-		f := newFixture()
+		f := fixtureFor(seed%2 == 1)
 		var prev []desired.Service
 		for step := range 80 {
 			var want []desired.Service

@@ -201,3 +201,25 @@ func (l *Ledger) SetOwned(keys map[desired.Key]bool) error {
 	l.Keys = maps.Clone(keys)
 	return nil
 }
+
+// BatchKernel is Kernel with ipvs.BatchAdder: AddServices creates each
+// service and then its destinations through the same strict calls.
+type BatchKernel struct{ *Kernel }
+
+var _ ipvs.BatchAdder = BatchKernel{}
+
+func (k BatchKernel) AddServices(svcs []ipvs.Service) []error {
+	errs := make([]error, len(svcs))
+	for i, s := range svcs {
+		if errs[i] = k.AddService(s); errs[i] != nil {
+			continue
+		}
+		for _, d := range s.Dests {
+			if err := k.AddDest(s.Key, d); err != nil {
+				errs[i] = fmt.Errorf("adding real server %s to %s: %w", d.Addr, s.Key, err)
+				break
+			}
+		}
+	}
+	return errs
+}
