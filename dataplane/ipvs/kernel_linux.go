@@ -10,6 +10,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 
 	mobyipvs "github.com/moby/ipvs"
@@ -29,6 +30,12 @@ const flagHashed = 0x2
 // netlink (github.com/moby/ipvs) in the caller's network namespace.
 type NetlinkKernel struct {
 	h *mobyipvs.Handle
+
+	// The IPVS generic-netlink family id, for AddServices' own sockets
+	// (batch_linux.go), looked up on first use.
+	familyOnce sync.Once
+	family     uint16
+	familyErr  error
 }
 
 var _ Kernel = (*NetlinkKernel)(nil)

@@ -1,0 +1,168 @@
+package ipvs
+
+import (
+	"bytes"
+	"encoding/binary"
+	"net/netip"
+	"syscall"
+	"testing"
+
+	"github.com/vishvananda/netlink/nl"
+
+	"github.com/lbdproject/lbd/config"
+	"github.com/lbdproject/lbd/dataplane/desired"
+)
+
+// decoded is one request as the nl package reads it back.
+type decoded struct {
+	hdr  syscall.NlMsghdr
+	cmd  uint8
+	ver  uint8
+	svc  map[uint16][]byte
+	dest map[uint16][]byte
+}
+
+func decodeAll(t *testing.T, b []byte) []decoded {
+	t.Helper()
+	msgs, err := syscall.ParseNetlinkMessage(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []decoded
+	for _, m := range msgs {
+		d := decoded{hdr: m.Header, cmd: m.Data[0], ver: m.Data[1]}
+		top, err := nl.ParseRouteAttr(m.Data[genlHdrLen:])
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, a := range top {
+			inner, err := nl.ParseRouteAttrAsMap(a.Value)
+			if err != nil {
+				t.Fatal(err)
+			}
+			vals := map[uint16][]byte{}
+			for k, v := range inner {
+				vals[k] = v.Value
+			}
+			switch a.Attr.Type {
+			case ipvsCmdAttrService:
+				d.svc = vals
+			case ipvsCmdAttrDest:
+				d.dest = vals
+			default:
+				t.Fatalf("unexpected top-level attribute %d", a.Attr.Type)
+			}
+		}
+		out = append(out, d)
+	}
+	return out
+}
+
+func u16(b []byte) uint16 { return binary.NativeEndian.Uint16(b) }
+func u32(b []byte) uint32 { return binary.NativeEndian.Uint32(b) }
+
+func TestEncodeRequests(t *testing.T) {
+	v4 := Service{
+		Key:       desired.Key{Addr: netip.MustParseAddr("198.18.0.1"), Port: 80, Protocol: config.TCP},
+		Scheduler: "wrr", Netmask: 0xffffffff,
+		Dests: []Dest{{Addr: netip.MustParseAddrPort("10.0.0.1:8080"), Weight: 3}},
+	}
+	v6 := Service{
+		Key:       desired.Key{Addr: netip.MustParseAddr("2001:db8::10"), Port: 53, Protocol: config.UDP},
+		Scheduler: "sh", Flags: desired.FlagPersistent | desired.FlagSched1, Timeout: 300, Netmask: 128,
+		Dests: []Dest{{Addr: netip.MustParseAddrPort("[2001:db8:1::5]:5353"), Weight: 0}},
+	}
+	w := &genlWriter{family: 0x1234}
+	w.appendService(&v4, syscall.NLM_F_REQUEST, 0)
+	w.appendDest(&v4, 0, syscall.NLM_F_REQUEST, 0)
+	w.appendService(&v6, syscall.NLM_F_REQUEST|syscall.NLM_F_ACK, 1)
+	w.appendDest(&v6, 0, syscall.NLM_F_REQUEST, 1)
+	if w.firstSeq != 1 || w.seq != 4 || len(w.sent) != 4 || w.sent[3] != (sentObj{svc: 1, dest: 0}) {
+		t.Fatalf("bookkeeping: first %d last %d sent %v", w.firstSeq, w.seq, w.sent)
+	}
+	msgs := decodeAll(t, w.buf)
+	if len(msgs) != 4 {
+		t.Fatalf("%d messages, want 4", len(msgs))
+	}
+	for i, m := range msgs {
+		if m.hdr.Type != 0x1234 || m.hdr.Seq != uint32(i+1) || m.hdr.Flags&syscall.NLM_F_REQUEST == 0 || m.ver != ipvsGenlVersion {
+			t.Errorf("message %d: header %+v version %d", i, m.hdr, m.ver)
+		}
+	}
+	if msgs[2].hdr.Flags&syscall.NLM_F_ACK == 0 || msgs[0].hdr.Flags&syscall.NLM_F_ACK != 0 {
+		t.Errorf("ack flags %#x %#x", msgs[0].hdr.Flags, msgs[2].hdr.Flags)
+	}
+
+	// IPv4 TCP service, full entry.
+	s := msgs[0]
+	if s.cmd != ipvsCmdNewService || s.dest != nil {
+		t.Fatalf("message 0: cmd %d dest %v", s.cmd, s.dest)
+	}
+	if u16(s.svc[ipvsSvcAttrAddressFamily]) != syscall.AF_INET || u16(s.svc[ipvsSvcAttrProtocol]) != syscall.IPPROTO_TCP ||
+		!bytes.Equal(s.svc[ipvsSvcAttrAddress], []byte{198, 18, 0, 1}) || !bytes.Equal(s.svc[ipvsSvcAttrPort], []byte{0, 80}) ||
+		string(s.svc[ipvsSvcAttrSchedName]) != "wrr\x00" || u32(s.svc[ipvsSvcAttrFlags]) != 0 ||
+		u32(s.svc[ipvsSvcAttrFlags][4:]) != 0xffffffff || u32(s.svc[ipvsSvcAttrTimeout]) != 0 || u32(s.svc[ipvsSvcAttrNetmask]) != 0xffffffff {
+		t.Errorf("IPv4 service attributes: %v", s.svc)
+	}
+	// Its destination: the service key only, then the destination.
+	d := msgs[1]
+	if d.cmd != ipvsCmdNewDest || len(d.svc) != 4 {
+		t.Fatalf("message 1: cmd %d service attributes %v", d.cmd, d.svc)
+	}
+	if !bytes.Equal(d.dest[ipvsDestAttrAddress], []byte{10, 0, 0, 1}) || !bytes.Equal(d.dest[ipvsDestAttrPort], []byte{0x1f, 0x90}) ||
+		u32(d.dest[ipvsDestAttrForwardingMethod]) != ipvsConnFlagMasq || u32(d.dest[ipvsDestAttrWeight]) != 3 ||
+		u32(d.dest[ipvsDestAttrUpperThreshold]) != 0 || u32(d.dest[ipvsDestAttrLowerThreshold]) != 0 ||
+		u16(d.dest[ipvsDestAttrAddressFamily]) != syscall.AF_INET {
+		t.Errorf("IPv4 destination attributes: %v", d.dest)
+	}
+	// IPv6 UDP persistent service.
+	s = msgs[2]
+	if u16(s.svc[ipvsSvcAttrAddressFamily]) != syscall.AF_INET6 || u16(s.svc[ipvsSvcAttrProtocol]) != syscall.IPPROTO_UDP ||
+		!bytes.Equal(s.svc[ipvsSvcAttrAddress], netip.MustParseAddr("2001:db8::10").AsSlice()) ||
+		!bytes.Equal(s.svc[ipvsSvcAttrPort], []byte{0, 53}) || string(s.svc[ipvsSvcAttrSchedName]) != "sh\x00" ||
+		u32(s.svc[ipvsSvcAttrFlags]) != desired.FlagPersistent|desired.FlagSched1 || u32(s.svc[ipvsSvcAttrTimeout]) != 300 ||
+		u32(s.svc[ipvsSvcAttrNetmask]) != 128 {
+		t.Errorf("IPv6 service attributes: %v", s.svc)
+	}
+	d = msgs[3]
+	if u16(d.svc[ipvsSvcAttrAddressFamily]) != syscall.AF_INET6 ||
+		!bytes.Equal(d.dest[ipvsDestAttrAddress], netip.MustParseAddr("2001:db8:1::5").AsSlice()) ||
+		!bytes.Equal(d.dest[ipvsDestAttrPort], []byte{0x14, 0xe9}) || u32(d.dest[ipvsDestAttrWeight]) != 0 ||
+		u16(d.dest[ipvsDestAttrAddressFamily]) != syscall.AF_INET6 {
+		t.Errorf("IPv6 destination attributes: svc %v dest %v", d.svc, d.dest)
+	}
+}
+
+func TestAnswers(t *testing.T) {
+	// Two answers in one buffer: an error (EEXIST) and an ack.
+	var b []byte
+	for _, a := range []struct {
+		seq  uint32
+		code int32
+	}{{7, -int32(syscall.EEXIST)}, {9, 0}} {
+		m := make([]byte, 16+20)
+		binary.NativeEndian.PutUint32(m, uint32(len(m)))
+		binary.NativeEndian.PutUint16(m[4:], syscall.NLMSG_ERROR)
+		binary.NativeEndian.PutUint32(m[8:], a.seq)
+		binary.NativeEndian.PutUint32(m[16:], uint32(a.code))
+		b = append(b, m...)
+	}
+	var got []string
+	for m := range nlMessages(b) {
+		got = append(got, m.errno().Error())
+		if m.typ != syscall.NLMSG_ERROR {
+			t.Errorf("type %d", m.typ)
+		}
+	}
+	if len(got) != 2 || got[0] != syscall.EEXIST.Error() || got[1] != syscall.Errno(0).Error() {
+		t.Errorf("answers: %q", got)
+	}
+	// A truncated message ends the iteration.
+	n := 0
+	for range nlMessages(b[:40]) {
+		n++
+	}
+	if n != 1 {
+		t.Errorf("%d messages in a truncated buffer, want 1", n)
+	}
+}
