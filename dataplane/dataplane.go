@@ -105,6 +105,7 @@ type Dataplane struct {
 	// discoveredServices are virtual services defined by discovery.
 	discoveredServices []config.Service
 	health             map[desired.HealthKey]bool
+	healthVersion      uint64 // counts SetHealth calls: the health maps are replaced, never changed
 	hostAddrs          []netip.Addr
 	last               SyncResult
 	syncStart          time.Time
@@ -218,6 +219,7 @@ func (d *Dataplane) SyncingSince() (start time.Time, ok bool) {
 func (d *Dataplane) SetHealth(h map[desired.HealthKey]bool) {
 	d.mu.Lock()
 	d.health = h
+	d.healthVersion++
 	d.changed()
 	d.mu.Unlock()
 	d.run.Run()
@@ -332,7 +334,7 @@ func (d *Dataplane) desired() (desired.State, *config.Config, bool) {
 		return desired.State{}, nil, false
 	}
 	return desired.Compute(desired.Input{Config: d.cfg, Discovered: d.discovered, DiscoveredServices: d.discoveredServices,
-		Health: d.health, HostAddrs: d.hostAddrs, Prev: d.computed}), d.cfg, true
+		Health: d.health, HealthVersion: d.healthVersion + 1, HostAddrs: d.hostAddrs, Prev: d.computed}), d.cfg, true
 }
 
 func (d *Dataplane) sync(_ context.Context, why runner.Reason) error {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -19,18 +20,14 @@ import (
 )
 
 // benchConfig is scripts/bench.sh's workload: n services with one VIP
-// each and m real servers, weights 1, 2, 3 in turn; bump adds one to the
-// weight of the first real server.
-func benchConfig(b *testing.B, n, m, bump int) *config.Config {
+// each and m real servers, weights 1, 2, 3 in turn.
+func benchConfig(b *testing.B, n, m int) *config.Config {
 	var text strings.Builder
 	text.WriteString("[sync]\nmin_sync_period = \"0s\"\nsync_period = \"1h\"\nmax_delete_fraction = 1.0\n")
 	for i := range n {
 		fmt.Fprintf(&text, "[[service]]\nname = \"s%d\"\nvips = [\"198.18.%d.%d\"]\nport = 80\nscheduler = \"wrr\"\nhealth_check = { type = \"none\" }\n", i, i/250, i%250+1)
 		for j := range m {
 			w := j%3 + 1
-			if i == 0 && j == 0 {
-				w += bump
-			}
 			k := i*m + j + 1
 			fmt.Fprintf(&text, "[[service.real_server]]\naddress = \"10.%d.%d.%d\"\nport = 8080\nweight = %d\n", k>>16, k>>8&255, k&255, w)
 		}
@@ -48,7 +45,14 @@ func benchConfig(b *testing.B, n, m, bump int) *config.Config {
 // reports the live heap after the syncs as heap-MiB.
 func BenchmarkWeightChange10k(b *testing.B) {
 	const n, m = 10000, 10
-	cfgs := [2]*config.Config{benchConfig(b, n, m, 0), benchConfig(b, n, m, 1)}
+	base := benchConfig(b, n, m)
+	// The edited copy shares every other service's real servers, as
+	// scripts/bench.sh's does (configurations are immutable once applied).
+	edited := *base
+	edited.Services = slices.Clone(base.Services)
+	edited.Services[0].RealServers = slices.Clone(base.Services[0].RealServers)
+	edited.Services[0].RealServers[0].Weight++
+	cfgs := [2]*config.Config{base, &edited}
 	dp := dataplane.New(dataplane.Options{
 		IPVS:  ipvs.New(&fakeipvs.Kernel{}, &fakeipvs.Ledger{}),
 		Addrs: addrs.New(&fakeaddrs.Kernel{}, "lbd0"),

@@ -465,9 +465,12 @@ func (b *bench) lbdRunMemory(t *testing.T, lbdBin string) rssResult {
 	if err := os.Rename(tmp, cfgPath); err != nil {
 		t.Fatal(err)
 	}
+	// The sync is over when lbd logs it: IPVS may be done before the
+	// packet filter, which is applied side by side with it.
+	synced := fmt.Sprintf("virtual_servers=%d ", smallServices)
 	for deadline := time.Now().Add(30 * time.Minute); ; {
 		out, err := ns.Exec("ipvsadm", "-Sn")
-		if err == nil && strings.Count(out, "\n") == smallServices*(b.p.reals+1) {
+		if err == nil && strings.Count(out, "\n") == smallServices*(b.p.reals+1) && strings.Contains(log.String(), synced) {
 			break
 		}
 		if time.Now().After(deadline) {

@@ -2,6 +2,7 @@ package desired
 
 import (
 	"fmt"
+	"maps"
 	"net/netip"
 	"strings"
 	"testing"
@@ -31,12 +32,27 @@ func BenchmarkCompute10k(b *testing.B) {
 		b.Fatal(err)
 	}
 	in := Input{Config: cfg, Health: health}
-	b.ReportAllocs()
-	b.ResetTimer()
-	for b.Loop() {
-		st := Compute(in)
-		if len(st.Services) != services {
-			b.Fatalf("%d services", len(st.Services))
+	b.Run("cold", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			st := Compute(in)
+			if len(st.Services) != services {
+				b.Fatalf("%d services", len(st.Services))
+			}
 		}
-	}
+	})
+	// One real server's health flips, with the previous result: what an
+	// event-driven sync computes.
+	b.Run("one-change", func(b *testing.B) {
+		flipped := maps.Clone(health)
+		flipped[HealthKey{"svc0", netip.MustParseAddrPort("10.1.0.1:80")}] = false
+		hs := [2]map[HealthKey]bool{health, flipped}
+		prev := Compute(in)
+		b.ReportAllocs()
+		i := 0
+		for b.Loop() {
+			i++
+			prev = Compute(Input{Config: cfg, Health: hs[i%2], HealthVersion: uint64(i), Prev: &prev})
+		}
+	})
 }

@@ -99,6 +99,65 @@ type State struct {
 	// sets holds what the ipset members derive from besides Services
 	// (AppendMembers, SetEntries): members are not stored.
 	sets setInputs
+	// memo records, per lbd service, the inputs its destinations came
+	// from, for the next Compute (Input.Prev) to skip it when they are the
+	// same.
+	memo          map[string]*destMemo
+	healthVersion uint64
+}
+
+// destMemo is one service's destinations and the inputs they were
+// computed from, compared by identity: configurations and discovered real
+// servers are never modified once handed to Compute.
+type destMemo struct {
+	reals, discovered []config.RealServer
+	quorum            int
+	fallback          config.QuorumFallback
+	onUnhealthy       config.OnUnhealthy
+	sorry             netip.AddrPort // zero without a sorry server
+	// checked is set when a real server has a health check: then health
+	// must be the same version too.
+	checked bool
+	dests   []Dest
+	healthy int
+}
+
+// sameSlice reports whether a and b are the very same slice.
+func sameSlice(a, b []config.RealServer) bool {
+	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
+}
+
+// lookupMemo returns prev's destinations of s when they were computed
+// from the very same inputs.
+func lookupMemo(prev *State, s *config.Service, discovered []config.RealServer, healthVersion uint64) *destMemo {
+	if prev == nil {
+		return nil
+	}
+	m := prev.memo[s.Name]
+	if m == nil || !sameSlice(m.reals, s.RealServers) || !sameSlice(m.discovered, discovered) ||
+		m.quorum != s.Quorum || m.fallback != s.QuorumFallback || m.onUnhealthy != s.OnUnhealthy ||
+		m.sorry != sorryOf(s) || m.checked && (healthVersion == 0 || healthVersion != prev.healthVersion) {
+		return nil
+	}
+	return m
+}
+
+func sorryOf(s *config.Service) netip.AddrPort {
+	if s.SorryServer == nil {
+		return netip.AddrPort{}
+	}
+	return *s.SorryServer
+}
+
+func checked(reals ...[]config.RealServer) bool {
+	for _, rs := range reals {
+		for i := range rs {
+			if rs[i].HealthCheck != nil && rs[i].HealthCheck.Type != config.CheckNone {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // HealthKey identifies one real server of one service for health.
@@ -128,6 +187,12 @@ type Input struct {
 	// a sync after a small change allocates little and appliers can skip
 	// what did not change by identity. Prev is never modified.
 	Prev *State
+	// HealthVersion, when not 0, names Health: the caller promises that
+	// equal versions mean equal health. With Prev, it lets Compute reuse the
+	// destinations of services whose inputs are the very same (the same
+	// real server slices, of an immutable configuration) without looking
+	// at them again.
+	HealthVersion uint64
 }
 
 // Compute returns the desired state for in.
@@ -143,6 +208,8 @@ func Compute(in Input) State {
 	if in.Prev != nil {
 		st.Services = make([]Service, 0, len(in.Prev.Services))
 	}
+	st.memo, st.healthVersion = make(map[string]*destMemo, len(services)), in.HealthVersion
+	memos := make([]destMemo, 0, len(services)) // one allocation; never grows
 	var scratch destScratch
 	var hint int // where in Prev the next service probably is
 	for i := range services {
@@ -150,8 +217,18 @@ func Compute(in Input) State {
 		if len(s.VIPs) == 0 && (s.NodePort == 0 || len(st.NodeAddrs) == 0) {
 			continue
 		}
-		dests, healthy := scratch.destinations(s, in)
-		dests, hint = reuse(dests, in.Prev, s, hint)
+		discovered := in.Discovered[s.Name]
+		if m := lookupMemo(in.Prev, s, discovered, in.HealthVersion); m != nil {
+			memos = append(memos, *m)
+		} else {
+			dests, healthy := scratch.destinations(s, in)
+			dests, hint = reuse(dests, in.Prev, s, hint)
+			memos = append(memos, destMemo{reals: s.RealServers, discovered: discovered, quorum: s.Quorum, fallback: s.QuorumFallback,
+				onUnhealthy: s.OnUnhealthy, sorry: sorryOf(s), checked: checked(s.RealServers, discovered), dests: dests, healthy: healthy})
+		}
+		m := &memos[len(memos)-1]
+		st.memo[s.Name] = m
+		dests, healthy := m.dests, m.healthy
 		add := func(addr netip.Addr, port uint16, nodePort bool) {
 			vs := virtualServer(s, addr, port, dests)
 			vs.Healthy, vs.NodePort = healthy, nodePort
