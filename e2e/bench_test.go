@@ -36,6 +36,7 @@ import (
 	"github.com/lbdproject/lbd/dataplane/desired"
 	"github.com/lbdproject/lbd/e2e/internal/poll"
 	"github.com/lbdproject/lbd/e2e/internal/topo"
+	"github.com/lbdproject/lbd/status"
 )
 
 // Environment of the benchmark; scripts/bench.sh maps its LBD_BENCH_*
@@ -453,6 +454,14 @@ func (b *bench) lbdRunMemory(t *testing.T, lbdBin string) rssResult {
 	if got, want := strings.Count(out, "\n"), b.p.services*(b.p.reals+1); got != want {
 		t.Fatalf("with lbd run, ipvsadm -Sn printed %d lines, want %d", got, want)
 	}
+	if os.Getenv(benchProfileEnv) == "1" {
+		// What the daemon holds at that size, from its status socket.
+		heap, err := status.FetchProfile(t.Context(), statusSocket, "heap")
+		if err != nil {
+			t.Fatalf("heap profile of lbd run: %v", err)
+		}
+		printBase64(heapBegin, heapEnd, heap)
+	}
 	res.Rules, res.Members = filterSize(t, ns)
 	// Cut the configuration to smallServices (an admin's edit: the safety
 	// valve lets it through) and count again.
@@ -488,7 +497,13 @@ func (b *bench) lbdRunMemory(t *testing.T, lbdBin string) rssResult {
 const (
 	profileBegin = "==== lbd bench cpu profile (base64) ===="
 	profileEnd   = "==== end of lbd bench cpu profile ===="
+	heapBegin    = "==== lbd run heap profile (base64) ===="
+	heapEnd      = "==== end of lbd run heap profile ===="
 )
+
+// statusSocket is where lbd run answers: benchConfig leaves [status] at
+// its default.
+const statusSocket = "/run/lbd/lbd.sock"
 
 // printProfile prints a profile file base64-encoded between markers: the
 // guest's files vanish with it, its console does not.
@@ -498,15 +513,19 @@ func printProfile(t *testing.T, path string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	printBase64(profileBegin, profileEnd, data)
+}
+
+func printBase64(begin, end string, data []byte) {
 	enc := base64.StdEncoding.EncodeToString(data)
 	var b strings.Builder
-	b.WriteString(profileBegin + "\n")
+	b.WriteString(begin + "\n")
 	for len(enc) > 0 {
 		n := min(len(enc), 76)
 		b.WriteString(enc[:n] + "\n")
 		enc = enc[n:]
 	}
-	b.WriteString(profileEnd + "\n")
+	b.WriteString(end + "\n")
 	fmt.Print(b.String())
 }
 

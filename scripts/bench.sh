@@ -10,6 +10,8 @@
 #   LBD_BENCH_PROFILE=DIR scripts/bench.sh            CPU profile of the first lbd round's
 #                                                     syncs in DIR/lbd-syncs.pprof
 #                                                     (go tool pprof -top DIR/lbd-syncs.pprof)
+#                                                     and lbd run's heap at full size in
+#                                                     DIR/lbd-run-heap.pprof
 #
 # Environment: LBD_BENCH_SERVICES (default 10000), LBD_BENCH_REALS (10),
 # LBD_BENCH_ROUNDS (3), LBD_BENCH_OUT, LBD_BENCH_PROFILE; e2e/run.sh's own
@@ -48,5 +50,9 @@ if [[ -n ${LBD_BENCH_PROFILE:-} ]]; then
 		sed -n '/^==== lbd bench cpu profile (base64) ====$/,/^==== end of lbd bench cpu profile ====$/p' |
 		sed '1d;$d' | base64 -d >"$LBD_BENCH_PROFILE/lbd-syncs.pprof"
 	echo "CPU profile of the first lbd round's syncs: $LBD_BENCH_PROFILE/lbd-syncs.pprof"
+	tr -d '\r' <"$log" |
+		sed -n '/^==== lbd run heap profile (base64) ====$/,/^==== end of lbd run heap profile ====$/p' |
+		sed '1d;$d' | base64 -d >"$LBD_BENCH_PROFILE/lbd-run-heap.pprof"
+	echo "heap profile of lbd run at full size: $LBD_BENCH_PROFILE/lbd-run-heap.pprof"
 fi
 exit "$rc"

@@ -10,8 +10,10 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -163,6 +165,15 @@ func Serve(ctx context.Context, path string, snapshot func() Snapshot) error {
 		enc.SetIndent("", "  ")
 		_ = enc.Encode(snapshot())
 	})
+	// Go's profiles, for whoever can open the root-only socket: e.g.
+	// curl --unix-socket /run/lbd/lbd.sock http://lbd/debug/pprof/heap
+	mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+	mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
+	// A CPU profile or trace takes as long as asked (?seconds=N): no write
+	// deadline; reading the request stays bounded.
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		<-ctx.Done()
@@ -180,34 +191,56 @@ var ErrNotRunning = errors.New("lbd is not running")
 
 // Fetch asks the daemon at the socket for its status.
 func Fetch(ctx context.Context, path string) (Snapshot, error) {
+	resp, err := get(ctx, path, "/status")
+	if err != nil {
+		return Snapshot{}, err
+	}
+	defer resp.Body.Close()
+	var s Snapshot
+	if err := json.NewDecoder(resp.Body).Decode(&s); err != nil {
+		return Snapshot{}, fmt.Errorf("reading status: %w", err)
+	}
+	return s, nil
+}
+
+// FetchProfile asks the daemon at the socket for one of Go's profiles by
+// name ("heap", "allocs", "goroutine" ...), in pprof's format.
+func FetchProfile(ctx context.Context, path, name string) ([]byte, error) {
+	resp, err := get(ctx, path, "/debug/pprof/"+name)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	return io.ReadAll(resp.Body)
+}
+
+// get makes one request to the daemon over its socket; a status other
+// than 200 is an error.
+func get(ctx context.Context, path, target string) (*http.Response, error) {
 	client := &http.Client{Transport: &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			var d net.Dialer
 			return d.DialContext(ctx, "unix", path)
 		},
 	}}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://lbd/status", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://lbd"+target, nil)
 	if err != nil {
-		return Snapshot{}, err
+		return nil, err
 	}
 	resp, err := client.Do(req)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) || errors.Is(err, syscall.ECONNREFUSED) {
-			return Snapshot{}, fmt.Errorf("%w (nothing answers on %s)", ErrNotRunning, path)
+			return nil, fmt.Errorf("%w (nothing answers on %s)", ErrNotRunning, path)
 		}
 		if errors.Is(err, os.ErrPermission) {
-			return Snapshot{}, fmt.Errorf("%s: %w (lbd status needs root)", path, err)
+			return nil, fmt.Errorf("%s: %w (lbd status needs root)", path, err)
 		}
-		return Snapshot{}, err
+		return nil, err
 	}
-	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
+		defer resp.Body.Close()
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
-		return Snapshot{}, fmt.Errorf("status: %s: %s", resp.Status, b)
+		return nil, fmt.Errorf("%s: %s: %s", strings.TrimPrefix(target, "/"), resp.Status, b)
 	}
-	var s Snapshot
-	if err := json.NewDecoder(resp.Body).Decode(&s); err != nil {
-		return Snapshot{}, fmt.Errorf("reading status: %w", err)
-	}
-	return s, nil
+	return resp, nil
 }

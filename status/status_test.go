@@ -83,6 +83,13 @@ func TestServeAndFetch(t *testing.T) {
 	if len(snap.Services) != 1 || len(snap.Services[0].RealServers) != 3 || *snap.Services[0].RealServers[0].KernelWeight != 3 {
 		t.Errorf("snapshot over the socket: %+v", snap)
 	}
+	// Go's profiles are served too (gzipped protobuf).
+	if prof, err := FetchProfile(t.Context(), sock, "heap"); err != nil || len(prof) < 2 || prof[0] != 0x1f || prof[1] != 0x8b {
+		t.Errorf("heap profile: %d bytes, %v", len(prof), err)
+	}
+	if _, err := FetchProfile(t.Context(), sock, "no-such-profile"); err == nil {
+		t.Errorf("an unknown profile was served")
+	}
 	fi, err := os.Stat(sock)
 	if err != nil || fi.Mode().Perm() != 0o600 {
 		t.Errorf("socket mode %v, %v; want 0600", fi.Mode().Perm(), err)
