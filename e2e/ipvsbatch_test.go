@@ -327,12 +327,13 @@ func TestIPVSBatch(t *testing.T) {
 				"198.19.0.1:8080", "198.19.0.2:8080", "198.19.0.3:8081")},
 		{Key: key("198.18.0.2", 53, config.UDP), Scheduler: "rr", Netmask: 0xffffffff,
 			Dests: dests(map[string]int{"198.19.0.4:53": 1, "198.19.0.5:53": 0}, "198.19.0.4:53", "198.19.0.5:53")},
-		// sh flags and persistence on separate services: ipvsadm -Sn prints
-		// "-p 300 -b sh-fallback" where desired.WriteIPVS writes "-b ... -p".
 		{Key: key("198.18.0.3", 443, config.TCP), Scheduler: "sh", Flags: desired.FlagSched1 | desired.FlagSched2, Netmask: 0xffffffff,
 			Dests: dests(map[string]int{"198.19.0.6:443": 7}, "198.19.0.6:443")},
 		{Key: key("198.18.0.6", 443, config.TCP), Scheduler: "wrr", Flags: desired.FlagPersistent, Timeout: 300, Netmask: 0xffffffff,
 			Dests: dests(map[string]int{"198.19.0.7:443": 4}, "198.19.0.7:443")},
+		// Persistence and sh flags together: ipvsadm -Sn prints -p before -b.
+		{Key: key("198.18.0.7", 443, config.TCP), Scheduler: "sh", Flags: desired.FlagSched1 | desired.FlagPersistent, Timeout: 300, Netmask: 0xffffffff,
+			Dests: dests(map[string]int{"198.19.0.8:443": 2}, "198.19.0.8:443")},
 		{Key: key("198.18.0.5", 5060, config.UDP), Scheduler: "lc", Flags: desired.FlagPersistent, Timeout: 1800, Netmask: 0xffffffff,
 			Dests: dests(map[string]int{"198.19.0.9:5060": 1}, "198.19.0.9:5060")},
 		{Key: key("2001:db8::10", 80, config.TCP), Scheduler: "wlc", Netmask: 128,

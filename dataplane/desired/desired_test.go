@@ -125,6 +125,16 @@ session_affinity_timeout = "10m"
 -a -t [2001:db8::10]:443 -r [2001:db8:1::5]:443 -m -w 1
 `,
 			"192.0.2.53 192.0.2.54 2001:db8::10"},
+		{"persistence and scheduler flags in ipvsadm -Sn's order", `
+[[service]]
+name = "sticky-sh"
+vips = ["192.0.2.60"]
+port = 80
+scheduler = "sh"
+scheduler_flags = ["sh-fallback"]
+session_affinity = true
+session_affinity_timeout = "5m"
+`, nil, nil, "-A -t 192.0.2.60:80 -s sh -p 300 -b sh-fallback\n", "192.0.2.60"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

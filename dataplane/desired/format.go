@@ -23,14 +23,15 @@ func WriteIPVS(w io.Writer, st State) error {
 	return err
 }
 
-// ServiceRule renders one virtual server as ipvsadm's -A line.
+// ServiceRule renders one virtual server as ipvsadm's -A line, options in
+// the order `ipvsadm -Sn` prints them (persistence before scheduler flags).
 func ServiceRule(s Service) string {
 	line := fmt.Sprintf("-A %s -s %s", serviceFlag(s.Key), s.Scheduler)
-	if f := schedFlagNames(s); f != "" {
-		line += " -b " + f
-	}
 	if s.Flags&FlagPersistent != 0 {
 		line += fmt.Sprintf(" -p %d", s.Timeout)
+	}
+	if f := schedFlagNames(s); f != "" {
+		line += " -b " + f
 	}
 	return line
 }
