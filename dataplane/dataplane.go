@@ -115,13 +115,10 @@ type Dataplane struct {
 	// shares what did not change with it.
 	computed *desired.State
 
-	// applyMu is held while the appliers run. Views of the IPVS applier's
-	// cache (kernel weights, connection counts) are copied from it only
-	// when asked and the appliers are idle; kernel and conns (under mu)
-	// keep the last copies for while a sync runs.
-	applyMu sync.Mutex
-	kernel  map[desired.Key]map[netip.AddrPort]int
-	conns   map[desired.Key]map[netip.AddrPort]ipvs.Conns // as of the last full dump
+	// applying is held (a token in it) while the appliers run: views of
+	// the IPVS applier's cache (kernel weights, connection counts) are
+	// copied from it, when asked, while holding it.
+	applying chan struct{}
 
 	// applied is the last desired state applied and the configuration it
 	// came from; only the sync goroutine touches them.
@@ -153,7 +150,8 @@ func New(opts Options) *Dataplane {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	d := &Dataplane{ipvs: opts.IPVS, addrs: opts.Addrs, timeouts: opts.Timeouts, ct: opts.Conntrack,
-		sets: opts.Sets, filters: opts.Filters, announce: opts.Announce, log: opts.Logger}
+		sets: opts.Sets, filters: opts.Filters, announce: opts.Announce, log: opts.Logger,
+		applying: make(chan struct{}, 1)}
 	d.run = runner.New(d.sync, runner.Options{
 		MinInterval: opts.Sync.MinSyncPeriod,
 		MaxInterval: opts.Sync.SyncPeriod,
@@ -262,51 +260,55 @@ type ConnCounter interface {
 }
 
 // KernelConns returns the destinations' connection counts as of the last
-// full reconcile; nil before one ran.
+// full reconcile; nil before one ran, or when a sync runs for longer than
+// viewWait.
 func (d *Dataplane) KernelConns() map[desired.Key]map[netip.AddrPort]ipvs.Conns {
 	cc, ok := d.ipvs.(ConnCounter)
-	if !ok {
+	if !ok || !d.waitIdle(viewWait) {
 		return nil
 	}
-	if d.applyMu.TryLock() {
-		conns := cc.KernelConns()
-		d.applyMu.Unlock()
-		d.mu.Lock()
-		d.conns = conns
-		d.mu.Unlock()
-		return conns
-	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.conns
+	defer d.idle()
+	return cc.KernelConns()
 }
 
-// kernelWeights returns the IPVS applier's view of the kernel's weights:
-// fresh while no sync runs, else the last copy.
+// kernelWeights returns the IPVS applier's view of the kernel's weights,
+// copied when asked (status) rather than after every sync; nil when a sync
+// runs for longer than viewWait.
 func (d *Dataplane) kernelWeights() map[desired.Key]map[netip.AddrPort]int {
 	kw, ok := d.ipvs.(KernelWeigher)
-	if !ok {
+	if !ok || !d.waitIdle(viewWait) {
 		return nil
 	}
-	if d.applyMu.TryLock() {
-		weights := kw.KernelWeights()
-		d.applyMu.Unlock()
-		d.mu.Lock()
-		d.kernel = weights
-		d.mu.Unlock()
-		return weights
-	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.kernel
+	defer d.idle()
+	return kw.KernelWeights()
 }
+
+// viewWait bounds how long status waits for a running sync (a cold sync of
+// 10,000 services takes tens of seconds; lbd status gives up after 10).
+const viewWait = 3 * time.Second
+
+// waitIdle takes the appliers for the caller, waiting at most max for a
+// running sync; idle gives them back.
+func (d *Dataplane) waitIdle(max time.Duration) bool {
+	t := time.NewTimer(max)
+	defer t.Stop()
+	select {
+	case d.applying <- struct{}{}:
+		return true
+	case <-t.C:
+		return false
+	}
+}
+
+func (d *Dataplane) idle() { <-d.applying }
 
 // View is what status shows of the dataplane.
 type View struct {
 	Last    SyncResult
 	Desired desired.State
 	// Kernel holds each destination's weight in the kernel as of the last
-	// sync; a missing entry is not in the kernel.
+	// sync; a missing entry is not in the kernel. It is nil when unknown:
+	// before the first sync, or while a long sync runs.
 	Kernel map[desired.Key]map[netip.AddrPort]int
 }
 
@@ -355,7 +357,7 @@ func (d *Dataplane) sync(_ context.Context, why runner.Reason) error {
 	d.mu.Lock()
 	d.computed = &st
 	d.mu.Unlock()
-	d.applyMu.Lock()
+	d.applying <- struct{}{}
 	// The safety valve: a change the admin did not make by editing the
 	// configuration (discovery answering empty, health failing everywhere)
 	// may not delete more than max_delete_fraction at once.
@@ -398,7 +400,7 @@ func (d *Dataplane) sync(_ context.Context, why runner.Reason) error {
 	if d.announce != nil {
 		d.announce.Set(st.Announce)
 	}
-	d.applyMu.Unlock()
+	d.idle()
 	res.Services = len(st.Services)
 	res.Err = errors.Join(errs...)
 	if res.Err == nil && res.Held == "" {

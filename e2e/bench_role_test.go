@@ -10,6 +10,7 @@ package e2e
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -332,13 +333,22 @@ func benchLBDRole(args []string) (any, error) {
 	if res.Cold, err = next("cold sync", "requested"); err != nil {
 		return nil, err
 	}
-	// One weight change, as an edit of one real server would bring it.
-	svc, rs := len(cfg.Services)/2, 0
-	edited := withWeight(cfg, svc, rs, cfg.Services[svc].RealServers[rs].Weight+1)
-	dp.SetConfig(edited)
-	if res.Weight, err = next("sync after a weight change", "requested"); err != nil {
-		return nil, err
+	// One weight change, as an edit of one real server would bring it;
+	// several, in services spread over the table, and the median taken: one
+	// sync of ~100 ms under emulation is at the mercy of the host.
+	var changes []syncFigures
+	edited := cfg
+	for i := range weightChanges {
+		svc := (2*i + 1) * len(cfg.Services) / (2 * weightChanges)
+		edited = withWeight(edited, svc, 0, edited.Services[svc].RealServers[0].Weight+1)
+		dp.SetConfig(edited)
+		f, err := next("sync after a weight change", "requested")
+		if err != nil {
+			return nil, err
+		}
+		changes = append(changes, f)
 	}
+	res.Weight = medianChange(changes)
 	if res.Full, err = next("periodic full reconcile", "periodic"); err != nil {
 		return nil, err
 	}
@@ -396,6 +406,23 @@ func withWeight(cfg *config.Config, svc, rs, w int) *config.Config {
 	s.RealServers = slices.Clone(s.RealServers)
 	s.RealServers[rs].Weight = w
 	return &c
+}
+
+// weightChanges is how many single weight changes a round makes.
+const weightChanges = 5
+
+// medianChange is the weight change of median duration, with the most
+// kernel reads and writes any of them made (a target is met only when
+// every change meets it).
+func medianChange(fs []syncFigures) syncFigures {
+	sorted := slices.Clone(fs)
+	slices.SortFunc(sorted, func(a, b syncFigures) int { return cmp.Compare(a.Whole, b.Whole) })
+	m := sorted[len(sorted)/2]
+	for _, f := range fs {
+		m.Reads, m.Writes = max(m.Reads, f.Reads), max(m.Writes, f.Writes)
+		m.ReportedDumps, m.ReportedWrites = max(m.ReportedDumps, f.ReportedDumps), max(m.ReportedWrites, f.ReportedWrites)
+	}
+	return m
 }
 
 // checkTable compares an ipvsadm -Sn file with what the configuration asks

@@ -75,8 +75,8 @@ func service(svc desired.Service, kernel map[netip.AddrPort]int, health map[heal
 		seen[d.Addr] = true
 		out.RealServers = append(out.RealServers, RealServer{
 			Address:      d.Addr.String(),
-			Source:       d.Source.String(),
-			ConfigWeight: d.ConfigWeight,
+			Source:       d.Source().String(),
+			ConfigWeight: d.ConfigWeight(),
 			Weight:       d.Weight,
 			KernelWeight: weightIn(kernel, d.Addr),
 			Health:       healthOf(health, svc.Name, d.Addr),

@@ -25,8 +25,8 @@ func view() dataplane.View {
 			Key: key, Scheduler: "wrr", Name: "web", Source: config.Pos{File: "lbd.toml", Line: 3, Col: 1},
 			Flags: desired.FlagPersistent, Timeout: 600,
 			Dests: []desired.Dest{
-				{Addr: rs1, Weight: 3, ConfigWeight: 3, Source: config.Pos{File: "lbd.toml", Line: 8, Col: 1}},
-				{Addr: rs2, Weight: 0, ConfigWeight: 1, Source: config.Pos{File: "lbd.toml", Line: 11, Col: 1}},
+				{Addr: rs1, Weight: 3, Real: &config.RealServer{Weight: 3, Pos: config.Pos{File: "lbd.toml", Line: 8, Col: 1}}},
+				{Addr: rs2, Weight: 0, Real: &config.RealServer{Weight: 1, Pos: config.Pos{File: "lbd.toml", Line: 11, Col: 1}}},
 			},
 		}}},
 		Kernel: map[desired.Key]map[netip.AddrPort]int{key: {rs1: 3, gone: 0}},

@@ -76,16 +76,39 @@ type Service struct {
 	NodePort bool
 }
 
-// Dest is one IPVS destination (always NAT/masquerading).
+// Dest is one IPVS destination (always NAT/masquerading), in 48 bytes: a
+// State holds one per real server of every service.
 type Dest struct {
 	Addr   netip.AddrPort
 	Weight int
-	// ConfigWeight is the weight the configuration gives; Weight differs
-	// when health or quorum changed it.
-	ConfigWeight int
-	// Source is where the real server comes from: a file position, or a
-	// Pos whose File says "consul:NAME" or "sorry_server of NAME".
-	Source config.Pos
+	// Real is the real server it comes from (immutable, like the
+	// configuration): its weight and where it was configured.
+	Real *config.RealServer
+}
+
+// ConfigWeight is the weight the configuration (or discovery) gives;
+// Weight differs when health or quorum changed it. Without Real (a Dest
+// built by hand), it is Weight.
+func (d Dest) ConfigWeight() int {
+	if d.Real == nil {
+		return d.Weight
+	}
+	return d.Real.Weight
+}
+
+// Source is where the real server comes from: a file position, or a Pos
+// whose File says "consul:NAME" or "sorry_server of NAME".
+func (d Dest) Source() config.Pos {
+	if d.Real == nil {
+		return config.Pos{}
+	}
+	return d.Real.Pos
+}
+
+// same reports whether two destinations are alike in everything a State
+// says of them.
+func (d Dest) same(o Dest) bool {
+	return d.Addr == o.Addr && d.Weight == o.Weight && d.ConfigWeight() == o.ConfigWeight() && d.Source() == o.Source()
 }
 
 // State is everything lbd wants in the kernel.
@@ -289,7 +312,7 @@ func vips(services []config.Service, prev *State) []netip.Addr {
 func reuse(dests []Dest, prev *State, s *config.Service, hint int) ([]Dest, int) {
 	if prev != nil {
 		old, i := prev.lookupDests(s, hint)
-		if old != nil && slices.Equal(old, dests) {
+		if old != nil && slices.EqualFunc(old, dests, Dest.same) {
 			return old, i + 1
 		}
 		hint = i + 1
@@ -407,7 +430,8 @@ func (sc *destScratch) destinations(s *config.Service, in Input) (_ []Dest, heal
 		for _, r := range reals {
 			out = append(out, dest(r, 0))
 		}
-		out = append(out, Dest{Addr: *s.SorryServer, Weight: 1, ConfigWeight: 1, Source: config.Pos{File: "sorry_server of " + s.Name}})
+		sorry := &config.RealServer{Address: s.SorryServer.Addr(), Port: s.SorryServer.Port(), Weight: 1, Pos: config.Pos{File: "sorry_server of " + s.Name}}
+		out = append(out, Dest{Addr: *s.SorryServer, Weight: 1, Real: sorry})
 	default: // QuorumKeep: the checks are more likely wrong than every server
 		for _, r := range reals {
 			out = append(out, dest(r, r.Weight))
@@ -424,7 +448,7 @@ func (sc *destScratch) destinations(s *config.Service, in Input) (_ []Dest, heal
 }
 
 func dest(r *config.RealServer, weight int) Dest {
-	return Dest{Addr: r.AddrPort(), Weight: weight, ConfigWeight: r.Weight, Source: r.Pos}
+	return Dest{Addr: r.AddrPort(), Weight: weight, Real: r}
 }
 
 func isHealthy(service string, r *config.RealServer, health map[HealthKey]bool) bool {

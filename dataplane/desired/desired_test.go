@@ -182,8 +182,8 @@ port = 80
 	if plain.Netmask != 128 || plain.Flags != 0 {
 		t.Errorf("a non-persistent IPv6 virtual server needs netmask 128 (the kernel refuses 0): %d, flags %#x", plain.Netmask, plain.Flags)
 	}
-	if v6.Name != "v6" || v6.Source.String() != "lbd.toml:2:1" || v6.Dests[0].Source.String() != "lbd.toml:7:16" {
-		t.Errorf("provenance: service %q from %q, dest from %q", v6.Name, v6.Source, v6.Dests[0].Source)
+	if v6.Name != "v6" || v6.Source.String() != "lbd.toml:2:1" || v6.Dests[0].Source().String() != "lbd.toml:7:16" {
+		t.Errorf("provenance: service %q from %q, dest from %q", v6.Name, v6.Source, v6.Dests[0].Source())
 	}
 }
 

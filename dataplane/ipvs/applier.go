@@ -392,7 +392,7 @@ func (a *Applier) applyService(s desired.Service, now time.Time, freshConns bool
 		i, found := e.find(d.Addr)
 		switch {
 		case !found:
-			if note(a.k.AddDest(s.Key, Dest{Addr: d.Addr, Weight: d.Weight}), "adding real server %s (from %s) to %s", d.Addr, d.Source, where) {
+			if note(a.k.AddDest(s.Key, Dest{Addr: d.Addr, Weight: d.Weight}), "adding real server %s (from %s) to %s", d.Addr, d.Source(), where) {
 				e.dests = slices.Insert(e.dests, i, destState{addr: d.Addr, weight: int32(d.Weight)})
 			}
 		case int(e.dests[i].weight) != d.Weight:
