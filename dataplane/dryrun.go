@@ -98,7 +98,9 @@ type DryRunSets struct {
 
 var _ ipset.Kernel = (*DryRunSets)(nil)
 
-func (d *DryRunSets) Dump() (map[string]ipset.Set, error) { return d.Kernel.Dump() }
+func (d *DryRunSets) Dump(set func(name string, t desired.SetType, family int) func(desired.SetEntry)) error {
+	return d.Kernel.Dump(set)
+}
 
 func (d *DryRunSets) Create(s desired.SetSpec) error {
 	d.Ops = append(d.Ops, fmt.Sprintf("+ ipset create %s %s", s.Name, s.Type))

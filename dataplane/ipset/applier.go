@@ -10,7 +10,6 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
-	"maps"
 	"net/netip"
 	"slices"
 	"strings"
@@ -20,17 +19,14 @@ import (
 	"github.com/lbdproject/lbd/dataplane/desired"
 )
 
-// Set is one set as the kernel holds it.
-type Set struct {
-	Type    desired.SetType
-	Family  int
-	Entries []desired.SetEntry
-}
-
-// Kernel is the kernel's ipsets. Dump lists every lbd set (LBD- and LBD6-
-// names) with its entries in one pass.
+// Kernel is the kernel's ipsets.
 type Kernel interface {
-	Dump() (map[string]Set, error)
+	// Dump lists every lbd set (LBD- and LBD6- names) without holding the
+	// sets in memory: it calls set with each one's name, type and family
+	// (4 or 6), then the function set returned for it, unless nil, with
+	// each of that set's entries. The callbacks must not call back into
+	// the Kernel.
+	Dump(set func(name string, t desired.SetType, family int) (entry func(desired.SetEntry))) error
 	Create(desired.SetSpec) error
 	Destroy(name string) error
 	Add(set string, e desired.SetEntry) error
@@ -191,11 +187,6 @@ func (a *Applier) write(adds, dels []key, stats *Stats) error {
 func (a *Applier) applyFull(st *desired.State) (Stats, error) {
 	var stats Stats
 	a.prev = nil
-	dump, err := a.k.Dump()
-	stats.Dumps++
-	if err != nil {
-		return stats, fmt.Errorf("listing ipsets: %w", err)
-	}
 	count := make(map[key]int32, len(a.count))
 	add := func(ms []desired.Member) {
 		for _, m := range ms {
@@ -207,19 +198,52 @@ func (a *Applier) applyFull(st *desired.State) (Stats, error) {
 		a.buf = st.AppendMembers(a.buf[:0], &st.Services[i])
 		add(a.buf)
 	}
+	var names [desired.NumSets]string
+	for id := range desired.NumSets {
+		names[id] = id.Spec().Name
+	}
+	var found, wrong [desired.NumSets]bool
+	var got [desired.NumSets]desired.SetType
+	var dels []key
+	err := a.k.Dump(func(name string, t desired.SetType, family int) func(desired.SetEntry) {
+		i := slices.Index(names[:], name)
+		if i < 0 {
+			return nil
+		}
+		id := desired.SetID(i)
+		found[id], got[id] = true, t
+		if spec := id.Spec(); t != spec.Type || family != spec.Family {
+			wrong[id] = true
+			return nil
+		}
+		// Mark what the kernel has by negating its count (no second map of
+		// 200,000 entries); what it has and nobody needs goes.
+		return func(e desired.SetEntry) {
+			k := toKey(desired.Member{Set: id, Entry: e})
+			switch n := count[k]; {
+			case n > 0:
+				count[k] = -n
+			case n == 0:
+				dels = append(dels, k)
+			}
+		}
+	})
+	stats.Dumps++
+	if err != nil {
+		return stats, fmt.Errorf("listing ipsets: %w", err)
+	}
 	a.count = count
 	var errs []error
-	var dels []key
 	usable := [desired.NumSets]bool{}
 	for id := range desired.NumSets {
 		spec := id.Spec()
-		s, ok := dump[spec.Name]
+		ok := found[id]
 		// A set of lbd's name but the wrong type (an older lbd, a hand
 		// edit) is replaced; a set in use by a rule cannot be, and says so.
-		if ok && (s.Type != spec.Type || s.Family != spec.Family) {
+		if ok && wrong[id] {
 			stats.Writes++
 			if err := a.k.Destroy(spec.Name); err != nil {
-				return stats, fmt.Errorf("replacing ipset %s (%s, want %s): %w", spec.Name, s.Type, spec.Type, err)
+				return stats, fmt.Errorf("replacing ipset %s (%s, want %s): %w", spec.Name, got[id], spec.Type, err)
 			}
 			ok = false
 		}
@@ -231,17 +255,6 @@ func (a *Applier) applyFull(st *desired.State) (Stats, error) {
 			}
 		}
 		usable[id] = true
-		// Mark what the kernel has by negating its count (no second map of
-		// 200,000 entries); what it has and nobody needs goes.
-		for _, e := range s.Entries {
-			k := toKey(desired.Member{Set: id, Entry: e})
-			switch n := count[k]; {
-			case n > 0:
-				count[k] = -n
-			case n == 0:
-				dels = append(dels, k)
-			}
-		}
 	}
 	var adds []key
 	for k, n := range count {
@@ -358,13 +371,18 @@ func (k key) compare(o key) int {
 
 // Cleanup destroys every lbd set (after the rules that use them are gone).
 func Cleanup(k Kernel) ([]string, error) {
-	dump, err := k.Dump()
+	var names []string
+	err := k.Dump(func(name string, _ desired.SetType, _ int) func(desired.SetEntry) {
+		names = append(names, name)
+		return nil
+	})
 	if err != nil {
 		return nil, fmt.Errorf("listing ipsets: %w", err)
 	}
+	slices.Sort(names)
 	var done []string
 	var errs []error
-	for _, name := range slices.Sorted(maps.Keys(dump)) {
+	for _, name := range names {
 		if err := k.Destroy(name); err != nil {
 			errs = append(errs, fmt.Errorf("destroying ipset %s: %w", name, err))
 			continue

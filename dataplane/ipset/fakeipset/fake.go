@@ -31,16 +31,26 @@ type set struct {
 
 var _ ipset.Kernel = (*Kernel)(nil)
 
-// Dump returns a copy of every set.
-func (k *Kernel) Dump() (map[string]ipset.Set, error) {
+// Dump lists every set (in no particular order, as the kernel) from a
+// copy taken at the call.
+func (k *Kernel) Dump(set func(name string, t desired.SetType, family int) func(desired.SetEntry)) error {
 	k.mu.Lock()
-	defer k.mu.Unlock()
 	k.Dumps++
-	out := make(map[string]ipset.Set, len(k.sets))
-	for name, s := range k.sets {
-		out[name] = ipset.Set{Type: s.spec.Type, Family: s.spec.Family, Entries: slices.Collect(maps.Keys(s.entries))}
+	specs := make([]desired.SetSpec, 0, len(k.sets))
+	entries := make([][]desired.SetEntry, 0, len(k.sets))
+	for _, s := range k.sets {
+		specs = append(specs, s.spec)
+		entries = append(entries, slices.Collect(maps.Keys(s.entries)))
 	}
-	return out, nil
+	k.mu.Unlock()
+	for i, spec := range specs {
+		if entry := set(spec.Name, spec.Type, spec.Family); entry != nil {
+			for _, e := range entries[i] {
+				entry(e)
+			}
+		}
+	}
+	return nil
 }
 
 func (k *Kernel) Create(spec desired.SetSpec) error {
