@@ -187,7 +187,13 @@ func (a *Applier) write(adds, dels []key, stats *Stats) error {
 func (a *Applier) applyFull(st *desired.State) (Stats, error) {
 	var stats Stats
 	a.prev = nil
-	count := make(map[key]int32, len(a.count))
+	// Recounted in the map of the last count: cleared, it keeps its room,
+	// and a second map of 200,000 entries never exists next to it.
+	count := a.count
+	if count == nil {
+		count = map[key]int32{}
+	}
+	clear(count)
 	add := func(ms []desired.Member) {
 		for _, m := range ms {
 			count[toKey(m)]++
