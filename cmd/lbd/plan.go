@@ -38,7 +38,7 @@ ipvsadm and ip syntax. It writes nothing.`,
 			}
 			// The box's own addresses decide where NodePort-like services
 			// are served; reading them touches nothing.
-			host, _ := hostaddrs.List()
+			host, _ := hostaddrs.List(cfg.Dataplane.Interface)
 			st := desired.Compute(desired.Input{Config: cfg, HostAddrs: host})
 			if !diff {
 				return writePlan(c.OutOrStdout(), cfg, st)

@@ -193,10 +193,10 @@ func (d *daemon) start(ctx context.Context, cfg *config.Config) {
 	d.wg.Go(func() { d.health.Run(ctx) })
 	// The box's addresses are known before the first sync, so it does not
 	// remove NodePort-like services to re-add them.
-	if addrs, err := hostaddrs.List(); err == nil {
+	if addrs, err := hostaddrs.List(cfg.Dataplane.Interface); err == nil {
 		d.dp.SetHostAddrs(addrs)
 	}
-	d.wg.Go(func() { hostaddrs.Follow(ctx, d.log, d.dp.SetHostAddrs) })
+	d.wg.Go(func() { hostaddrs.Follow(ctx, d.log, cfg.Dataplane.Interface, d.dp.SetHostAddrs) })
 	d.wg.Go(func() { d.dp.Loop(ctx) })
 	d.wg.Go(func() { watchdog(ctx, d.log, d.notify, d.dp) })
 	d.wg.Go(func() { d.notify.readyAfterGrace(ctx, readyGrace) })

@@ -242,9 +242,13 @@ func (st *State) AppendMembers(buf []Member, vs *Service) []Member {
 	for _, p := range vs.SourceRanges {
 		buf = append(buf, member(roleSrcRanges, SetEntry{IP: k.Addr, Proto: k.Protocol, Port: k.Port, Net: p}))
 	}
-	// The director itself may always reach the service.
+	// The director itself may always reach the service: from the VIP (the
+	// source the kernel picks for a local destination) and from the box's
+	// own addresses (lbd's dummy interface's are not among them: they are
+	// the VIPs, thousands maybe, and each would be an entry per service).
+	buf = append(buf, member(roleSrcIPs, SetEntry{IP: k.Addr, Proto: k.Protocol, Port: k.Port, IP2: k.Addr}))
 	for _, a := range st.sets.hostAddrs {
-		if a.Is4() == k.Addr.Is4() {
+		if a.Is4() == k.Addr.Is4() && a != k.Addr {
 			buf = append(buf, member(roleSrcIPs, SetEntry{IP: k.Addr, Proto: k.Protocol, Port: k.Port, IP2: a}))
 		}
 	}

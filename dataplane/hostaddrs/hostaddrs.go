@@ -17,29 +17,48 @@ import (
 // its routes, several addresses at once) into one report.
 const debounce = 100 * time.Millisecond
 
-// List returns every address of every interface, sorted.
-func List() ([]netip.Addr, error) {
+// List returns every address of every interface but skip, sorted. skip
+// is lbd's dummy interface: its addresses are lbd's VIPs (10,000 of them,
+// maybe), not the box's.
+func List(skip string) ([]netip.Addr, error) {
+	addrs, _, err := list(skip)
+	return addrs, err
+}
+
+// list is List, also returning skip's interface index (0 when it has
+// none).
+func list(skip string) ([]netip.Addr, int, error) {
+	skipIndex := 0
+	if l, err := netlink.LinkByName(skip); err == nil {
+		skipIndex = l.Attrs().Index
+	}
 	all, err := netlink.AddrList(nil, netlink.FAMILY_ALL)
 	if err != nil {
-		return nil, err
+		return nil, skipIndex, err
 	}
 	out := make([]netip.Addr, 0, len(all))
 	for _, a := range all {
+		if skipIndex != 0 && a.LinkIndex == skipIndex {
+			continue
+		}
 		if ip, ok := netip.AddrFromSlice(a.IP); ok {
 			out = append(out, ip.Unmap())
 		}
 	}
 	slices.SortFunc(out, netip.Addr.Compare)
-	return slices.Compact(out), nil
+	return slices.Compact(out), skipIndex, nil
 }
 
-// Follow reports the box's addresses to onChange now and after every
-// change, until ctx ends. A lost subscription is re-established with a
-// bounded backoff; addresses are re-listed then, so no change is missed.
-func Follow(ctx context.Context, log *slog.Logger, onChange func([]netip.Addr)) {
+// Follow reports the box's addresses (but skip's, see List) to onChange
+// now and after every change, until ctx ends. A lost subscription is
+// re-established with a bounded backoff; addresses are re-listed then, so
+// no change is missed. Changes on skip (lbd binding its VIPs) are ignored.
+func Follow(ctx context.Context, log *slog.Logger, skip string, onChange func([]netip.Addr)) {
 	var last []netip.Addr
+	skipIndex := 0
 	report := func() {
-		addrs, err := List()
+		addrs, index, err := list(skip)
+		skipIndex = index
 		if err != nil {
 			log.Warn("listing the box's addresses", "error", err)
 			return
@@ -68,14 +87,14 @@ func Follow(ctx context.Context, log *slog.Logger, onChange func([]netip.Addr)) 
 		}
 		backoff = time.Second
 		report()
-		follow(ctx, updates, report)
+		follow(ctx, updates, func(u netlink.AddrUpdate) bool { return skipIndex == 0 || u.LinkIndex != skipIndex }, report)
 		close(done)
 	}
 }
 
-// follow reports after each burst of updates until ctx ends or the
-// subscription's channel closes.
-func follow(ctx context.Context, updates <-chan netlink.AddrUpdate, report func()) {
+// follow reports after each burst of relevant updates until ctx ends or
+// the subscription's channel closes.
+func follow(ctx context.Context, updates <-chan netlink.AddrUpdate, relevant func(netlink.AddrUpdate) bool, report func()) {
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	defer timer.Stop()
@@ -83,11 +102,13 @@ func follow(ctx context.Context, updates <-chan netlink.AddrUpdate, report func(
 		select {
 		case <-ctx.Done():
 			return
-		case _, ok := <-updates:
+		case u, ok := <-updates:
 			if !ok {
 				return
 			}
-			timer.Reset(debounce)
+			if relevant(u) {
+				timer.Reset(debounce)
+			}
 		case <-timer.C:
 			report()
 		}

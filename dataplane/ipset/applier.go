@@ -69,14 +69,17 @@ func New(k Kernel) *Applier { return &Applier{k: k} }
 // otherwise it compares st with the state it last applied and writes the
 // members of the virtual servers that differ.
 func (a *Applier) Apply(st *desired.State, full bool) (Stats, error) {
-	if full || a.prev == nil {
+	// Changed set inputs (the box's addresses, configured networks) may
+	// change every virtual server's members: recount them all.
+	if full || a.prev == nil || !st.SameSetInputs(a.prev) {
 		return a.applyFull(st)
 	}
 	return a.applyChanges(st)
 }
 
 // applyChanges updates the counts by the virtual servers that differ from
-// the previous state and writes the entries whose count left or reached 0.
+// the previous state (whose set inputs are st's) and writes the entries
+// whose count left or reached 0.
 func (a *Applier) applyChanges(st *desired.State) (Stats, error) {
 	var stats Stats
 	before := map[key]int32{} // touched keys, with their count before
@@ -101,11 +104,6 @@ func (a *Applier) applyChanges(st *desired.State) (Stats, error) {
 			adjust(a.buf, +1)
 		}
 	}
-	same := st.SameSetInputs(prev)
-	if !same {
-		adjust(prev.AppendGlobalMembers(a.buf[:0]), -1)
-		adjust(st.AppendGlobalMembers(a.buf[:0]), +1)
-	}
 	// Both lists are sorted by key: walk them side by side.
 	ps, ss := prev.Services, st.Services
 	for i, j := 0, 0; i < len(ps) || j < len(ss); {
@@ -126,7 +124,7 @@ func (a *Applier) applyChanges(st *desired.State) (Stats, error) {
 			change(nil, &ss[j])
 			j++
 		default:
-			if !same || !desired.SameMembers(&ps[i], &ss[j]) {
+			if !desired.SameMembers(&ps[i], &ss[j]) {
 				change(&ps[i], &ss[j])
 			}
 			i, j = i+1, j+1
