@@ -65,6 +65,16 @@ node_cidrs = ["%s"]
 				t.Errorf("ipset list lacks %q:\n%s", want, sets)
 			}
 		}
+		// The director may reach a firewalled service from the VIP itself;
+		// the other VIPs on lbd0 are not "the box's addresses" (one entry
+		// each per firewalled service would not scale).
+		srcIPs := dir.MustExec(t, "ipset", "list", "LBD-SRC-IPS")
+		if own := fmt.Sprintf("%s,tcp:80,%s\n", topo.VIP(4), topo.VIP(4)); !strings.Contains(srcIPs, own) {
+			t.Errorf("LBD-SRC-IPS lacks %q:\n%s", own, srcIPs)
+		}
+		if other := fmt.Sprintf("%s,tcp:80,%s\n", topo.VIP(4), topo.VIP(1)); strings.Contains(srcIPs, other) {
+			t.Errorf("LBD-SRC-IPS has another VIP as a director address, %q:\n%s", other, srcIPs)
+		}
 		nat := dir.MustExec(t, "iptables-save", "-t", "nat")
 		for _, want := range []string{"-A PREROUTING -m comment --comment lbd -j LBD-SERVICES", "-A LBD-POSTROUTING -j MASQUERADE --random-fully"} {
 			if !strings.Contains(nat, want) {

@@ -228,9 +228,14 @@ func Compute(in Input) State {
 	st.VIPs = vips(services, in.Prev)
 	st.NodeAddrs = nodeAddrs(in.Config, in.HostAddrs, st.VIPs)
 	st.sets = setInputs{hostAddrs: in.HostAddrs, localNets: in.Config.Dataplane.LocalNetworks, rsNets: in.Config.Dataplane.RealServerNetworks}
-	if in.Prev != nil {
-		st.Services = make([]Service, 0, len(in.Prev.Services))
+	n := 0 // virtual servers: sized once, not grown by doubling
+	for i := range services {
+		n += len(services[i].VIPs)
+		if services[i].NodePort != 0 {
+			n += len(st.NodeAddrs)
+		}
 	}
+	st.Services = make([]Service, 0, n)
 	st.memo, st.healthVersion = make(map[string]*destMemo, len(services)), in.HealthVersion
 	memos := make([]destMemo, 0, len(services)) // one allocation; never grows
 	var scratch destScratch
