@@ -238,8 +238,31 @@ func (a *Applier) addNew(want []desired.Service, res *Result, errs *[]error) map
 	if !ok {
 		return nil
 	}
+	var failed map[desired.Key]bool
 	var batch []Service
 	var from []*desired.Service
+	flush := func() {
+		for i, err := range b.AddServices(batch) {
+			svc := batch[i]
+			res.Writes += 1 + len(svc.Dests)
+			if err != nil {
+				a.valid = false
+				*errs = append(*errs, fmt.Errorf("adding %s: %w", location{from[i]}, err))
+				if failed == nil {
+					failed = map[desired.Key]bool{}
+				}
+				failed[svc.Key] = true
+				continue
+			}
+			e := &entry{svc: svc, dests: make([]destState, len(svc.Dests))}
+			e.svc.Dests = nil
+			for j, d := range svc.Dests {
+				e.dests[j] = destState{addr: d.Addr, weight: int32(d.Weight)}
+			}
+			a.cache[svc.Key] = e
+		}
+		batch, from = batch[:0], from[:0]
+	}
 	for i := range want {
 		s := &want[i]
 		if a.cache[s.Key] != nil {
@@ -252,32 +275,20 @@ func (a *Applier) addNew(want []desired.Service, res *Result, errs *[]error) map
 		}
 		batch = append(batch, svc)
 		from = append(from, s)
-	}
-	if len(batch) == 0 {
-		return nil
-	}
-	var failed map[desired.Key]bool
-	for i, err := range b.AddServices(batch) {
-		svc := batch[i]
-		res.Writes += 1 + len(svc.Dests)
-		if err != nil {
-			a.valid = false
-			*errs = append(*errs, fmt.Errorf("adding %s: %w", location{from[i]}, err))
-			if failed == nil {
-				failed = map[desired.Key]bool{}
-			}
-			failed[svc.Key] = true
-			continue
+		// In parts: the whole table as kernel objects would double what
+		// the cache holds while it is written.
+		if len(batch) == addBatch {
+			flush()
 		}
-		e := &entry{svc: svc, dests: make([]destState, len(svc.Dests))}
-		e.svc.Dests = nil
-		for j, d := range svc.Dests {
-			e.dests[j] = destState{addr: d.Addr, weight: int32(d.Weight)}
-		}
-		a.cache[svc.Key] = e
+	}
+	if len(batch) > 0 {
+		flush()
 	}
 	return failed
 }
+
+// addBatch is how many virtual servers addNew hands the kernel at once.
+const addBatch = 512
 
 // remember keeps want as the base of the next requested sync when it was
 // applied in full.
