@@ -264,7 +264,9 @@ func decodeService(n *node) Service {
 	if t := n.table("health_check"); t != nil {
 		check = decodeCheck(t, check)
 	}
-	s.HealthCheck = check
+	// One copy, shared by the real servers without overrides: a
+	// HealthCheck is large.
+	s.HealthCheck = &check
 	if n.oneOf("on_unhealthy", &v, string(Drain), string(Remove)) {
 		s.OnUnhealthy = OnUnhealthy(v)
 	}
@@ -274,12 +276,8 @@ func decodeService(n *node) Service {
 		// Sized once: append would leave up to half of a grown slice
 		// unused.
 		s.RealServers = n.src.reals.alloc(len(ts))
-		// One copy of the service's check for all its real servers
-		// without overrides: a HealthCheck is large.
-		shared := new(HealthCheck)
-		*shared = s.HealthCheck
 		for _, t := range ts {
-			s.RealServers = append(s.RealServers, decodeRealServer(t, &s, shared))
+			s.RealServers = append(s.RealServers, decodeRealServer(t, &s, s.HealthCheck))
 		}
 	}
 	checkDuplicateRealServers(n, s.RealServers)
@@ -447,7 +445,7 @@ func decodeRealServer(n *node, s *Service, check *HealthCheck) RealServer {
 	}
 	n.integer("weight", &r.Weight, 0, 65535)
 	if t := n.table("health_check"); t != nil {
-		c := decodeCheck(t, s.HealthCheck)
+		c := decodeCheck(t, *s.HealthCheck)
 		r.HealthCheck = &c
 	}
 	n.finish()

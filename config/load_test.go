@@ -5,7 +5,6 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -416,8 +415,8 @@ real_server = [
 	if rs[0].HealthCheck == nil || rs[0].HealthCheck != rs[1].HealthCheck {
 		t.Errorf("real servers without overrides do not share one check: %p, %p", rs[0].HealthCheck, rs[1].HealthCheck)
 	}
-	if !reflect.DeepEqual(*rs[0].HealthCheck, s.HealthCheck) {
-		t.Errorf("shared check %+v is not the service's %+v", *rs[0].HealthCheck, s.HealthCheck)
+	if rs[0].HealthCheck != s.HealthCheck {
+		t.Errorf("shared check %+v is not the service's %+v", *rs[0].HealthCheck, *s.HealthCheck)
 	}
 	if rs[2].HealthCheck == rs[0].HealthCheck || rs[2].HealthCheck.Port != 8081 || rs[2].HealthCheck.Path != "/healthz" {
 		t.Errorf("overridden check: %+v", rs[2].HealthCheck)

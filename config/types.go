@@ -234,7 +234,9 @@ type Service struct {
 	// Register, when set, registers the service's VIPs into Consul.
 	Register *ConsulRegister
 
-	HealthCheck HealthCheck
+	// HealthCheck is the service's check, shared with its real servers
+	// that do not override it; never modify through it.
+	HealthCheck *HealthCheck
 	OnUnhealthy OnUnhealthy
 	// DrainTimeout bounds how long a removed real server keeps weight 0
 	// before it is deleted even with connections left.
@@ -416,24 +418,27 @@ func (s *Service) Same(o *Service) bool {
 func (s *Service) withoutProvenance() Service {
 	c := *s
 	c.Pos, c.path, c.namePos, c.nodePortPos, c.vipPos = Pos{}, "", Pos{}, Pos{}, nil
-	c.HealthCheck.Pos = Pos{}
-	c.RealServers = slices.Clone(s.RealServers)
-	// Real servers share checks: clear each distinct one once.
+	// The service and its real servers share checks: clear each distinct
+	// one once.
 	checks := map[*HealthCheck]*HealthCheck{}
+	clean := func(hc *HealthCheck) *HealthCheck {
+		if hc == nil {
+			return nil
+		}
+		if c, ok := checks[hc]; ok {
+			return c
+		}
+		cp := *hc
+		cp.Pos = Pos{}
+		checks[hc] = &cp
+		return &cp
+	}
+	c.HealthCheck = clean(s.HealthCheck)
+	c.RealServers = slices.Clone(s.RealServers)
 	for i := range c.RealServers {
 		r := &c.RealServers[i]
 		r.Pos = Pos{}
-		if r.HealthCheck == nil {
-			continue
-		}
-		hc, ok := checks[r.HealthCheck]
-		if !ok {
-			cp := *r.HealthCheck
-			cp.Pos = Pos{}
-			hc = &cp
-			checks[r.HealthCheck] = hc
-		}
-		r.HealthCheck = hc
+		r.HealthCheck = clean(r.HealthCheck)
 	}
 	if s.Consul != nil {
 		cs := *s.Consul

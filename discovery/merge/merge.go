@@ -91,8 +91,8 @@ func (r *Result) reals(s *config.Service, insts []consul.Instance) []config.Real
 	c := s.Consul
 	// One check for all the instances, shared: see config.RealServer.
 	check := &config.HealthCheck{Type: config.CheckNone}
-	if c.OwnChecks {
-		*check = s.HealthCheck
+	if c.OwnChecks && s.HealthCheck != nil {
+		check = s.HealthCheck
 	}
 	static := map[netip.AddrPort]bool{}
 	for _, rs := range s.RealServers {
