@@ -218,17 +218,29 @@ func (b *bench) freshNetns(t *testing.T) *topo.Netns {
 	t.Helper()
 	b.nsCount++
 	ns := &topo.Netns{Name: fmt.Sprintf("%s-%d", b.id, b.nsCount)}
-	mustRun(t, "ip", "netns", "add", ns.Name)
+	addBenchNetns(t, ns.Name, false)
+	return ns
+}
+
+// addBenchNetns adds namespace name with lo up and a dummy link, bench0,
+// holding benchRealLink (and, with v6, 2001:db8:19::fffe/64): IPVS refuses
+// destinations it has no route to. The namespace is deleted when the test
+// ends, if it has not been already.
+func addBenchNetns(t *testing.T, name string, v6 bool) {
+	t.Helper()
+	mustRun(t, "ip", "netns", "add", name)
 	t.Cleanup(func() {
-		if _, err := os.Stat(filepath.Join("/run/netns", ns.Name)); err == nil {
-			_ = exec.Command("ip", "netns", "del", ns.Name).Run()
+		if _, err := os.Stat(filepath.Join("/run/netns", name)); err == nil {
+			_ = exec.Command("ip", "netns", "del", name).Run()
 		}
 	})
-	mustRun(t, "ip", "-n", ns.Name, "link", "set", "lo", "up")
-	mustRun(t, "ip", "-n", ns.Name, "link", "add", "bench0", "type", "dummy")
-	mustRun(t, "ip", "-n", ns.Name, "addr", "add", benchRealLink, "dev", "bench0")
-	mustRun(t, "ip", "-n", ns.Name, "link", "set", "bench0", "up")
-	return ns
+	mustRun(t, "ip", "-n", name, "link", "set", "lo", "up")
+	mustRun(t, "ip", "-n", name, "link", "add", "bench0", "type", "dummy")
+	mustRun(t, "ip", "-n", name, "addr", "add", benchRealLink, "dev", "bench0")
+	if v6 {
+		mustRun(t, "ip", "-n", name, "addr", "add", "2001:db8:19::fffe/64", "dev", "bench0", "nodad")
+	}
+	mustRun(t, "ip", "-n", name, "link", "set", "bench0", "up")
 }
 
 // dropNetns deletes a namespace and waits for the machine to be idle

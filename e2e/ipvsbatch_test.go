@@ -227,17 +227,7 @@ var batchNetnsCount atomic.Int64
 func newBatchNetns(t *testing.T) *batchNetns {
 	t.Helper()
 	ns := &batchNetns{name: fmt.Sprintf("ipvsbatch%d-%d", os.Getpid(), batchNetnsCount.Add(1))}
-	mustRun(t, "ip", "netns", "add", ns.name)
-	t.Cleanup(func() {
-		if _, err := os.Stat(filepath.Join("/run/netns", ns.name)); err == nil {
-			_ = exec.Command("ip", "netns", "del", ns.name).Run()
-		}
-	})
-	mustRun(t, "ip", "-n", ns.name, "link", "set", "lo", "up")
-	mustRun(t, "ip", "-n", ns.name, "link", "add", "bench0", "type", "dummy")
-	mustRun(t, "ip", "-n", ns.name, "addr", "add", benchRealLink, "dev", "bench0")
-	mustRun(t, "ip", "-n", ns.name, "addr", "add", "2001:db8:19::fffe/64", "dev", "bench0", "nodad")
-	mustRun(t, "ip", "-n", ns.name, "link", "set", "bench0", "up")
+	addBenchNetns(t, ns.name, true)
 	return ns
 }
 

@@ -171,15 +171,7 @@ func (a *Applier) Apply(want []desired.Service, full bool) (Result, error) {
 	stored := maps.Clone(next)
 
 	var errs []error
-	note := func(err error, format string, args ...any) bool {
-		res.Writes++
-		if err != nil {
-			a.valid = false
-			errs = append(errs, fmt.Errorf(format+": %w", append(args, err)...))
-			return false
-		}
-		return true
-	}
+	note := a.noter(&res, &errs)
 	now := time.Now()
 	failed := a.addNew(want, &res, &errs)
 	wanted := make(map[desired.Key]bool, len(want))
@@ -314,15 +306,7 @@ func (a *Applier) remember(want []desired.Service, errs []error) {
 func (a *Applier) applyChanged(want []desired.Service) (Result, error) {
 	var res Result
 	var errs []error
-	note := func(err error, format string, args ...any) bool {
-		res.Writes++
-		if err != nil {
-			a.valid = false
-			errs = append(errs, fmt.Errorf(format+": %w", append(args, err)...))
-			return false
-		}
-		return true
-	}
+	note := a.noter(&res, &errs)
 	now := time.Now()
 	for i := range want {
 		s := &want[i]
@@ -370,7 +354,23 @@ func unchanged(a, b *desired.Service) bool {
 	return true
 }
 
+// noteFunc counts one kernel write and records its error, located by
+// format and args; it reports whether the write worked.
 type noteFunc func(err error, format string, args ...any) bool
+
+// noter returns the noteFunc of one Apply: a failed write also makes the
+// cache untrustworthy, so the next Apply dumps.
+func (a *Applier) noter(res *Result, errs *[]error) noteFunc {
+	return func(err error, format string, args ...any) bool {
+		res.Writes++
+		if err != nil {
+			a.valid = false
+			*errs = append(*errs, fmt.Errorf(format+": %w", append(args, err)...))
+			return false
+		}
+		return true
+	}
+}
 
 // location names a virtual server in errors; it formats only when an
 // error is built, since Apply visits every virtual server on every sync.
