@@ -13,6 +13,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -41,7 +42,7 @@ type Metrics struct {
 	configLast   *prometheus.GaugeVec
 	checkTime    *prometheus.HistogramVec
 	checkFails   *prometheus.CounterVec
-	realUp       *prometheus.GaugeVec
+	realUp       *healthCollector
 	programming  prometheus.Histogram
 	filterRules  prometheus.Gauge
 	setEntries   prometheus.Gauge
@@ -120,10 +121,9 @@ func New() *Metrics {
 			Name: "lbd_ipset_entries",
 			Help: "Entries in lbd's ipsets (both families).",
 		}),
-		realUp: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "lbd_real_server_healthy",
-			Help: "1 when a real server of a service passes its checks, 0 when it does not.",
-		}, []string{"service", "real_server"}),
+		realUp: &healthCollector{desc: prometheus.NewDesc("lbd_real_server_healthy",
+			"1 when a real server of a service passes its checks, 0 when it does not.",
+			[]string{"service", "real_server"}, nil)},
 	}
 	m.reg.MustRegister(
 		collectors.NewGoCollector(),
@@ -178,15 +178,35 @@ func (m *Metrics) ObserveCheck(typ config.CheckType, took time.Duration, err err
 	}
 }
 
-// SetHealth replaces the per-real-server health series.
+// SetHealth replaces the per-real-server health series with h, which the
+// caller no longer modifies. The series are made from it when scraped: a
+// health change costs nothing here, and 100,000 checked real servers are
+// not kept a second time as stored series.
 func (m *Metrics) SetHealth(h map[healthcheck.Key]bool) {
-	m.realUp.Reset()
+	m.realUp.mu.Lock()
+	m.realUp.health = h
+	m.realUp.mu.Unlock()
+}
+
+// healthCollector makes lbd_real_server_healthy from the latest health map.
+type healthCollector struct {
+	desc   *prometheus.Desc
+	mu     sync.Mutex
+	health map[healthcheck.Key]bool
+}
+
+func (c *healthCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c *healthCollector) Collect(ch chan<- prometheus.Metric) {
+	c.mu.Lock()
+	h := c.health
+	c.mu.Unlock()
 	for k, up := range h {
 		v := 0.0
 		if up {
 			v = 1
 		}
-		m.realUp.WithLabelValues(k.Service, k.Addr.String()).Set(v)
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, v, k.Service, k.Addr.String())
 	}
 }
 

@@ -88,6 +88,16 @@ lbd_real_server_healthy{real_server="10.0.0.1:80",service="web"} 0
 	if err != nil {
 		t.Error(err)
 	}
+	// A new map replaces the series: the real server gone, another up.
+	m.SetHealth(map[healthcheck.Key]bool{{Service: "web", Addr: netip.MustParseAddrPort("10.0.0.2:80")}: true})
+	err = testutil.GatherAndCompare(m.Registry(), strings.NewReader(`
+# HELP lbd_real_server_healthy 1 when a real server of a service passes its checks, 0 when it does not.
+# TYPE lbd_real_server_healthy gauge
+lbd_real_server_healthy{real_server="10.0.0.2:80",service="web"} 1
+`), "lbd_real_server_healthy")
+	if err != nil {
+		t.Error(err)
+	}
 }
 
 func TestConsulMetrics(t *testing.T) {
