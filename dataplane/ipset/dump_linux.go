@@ -32,17 +32,17 @@ const ipsetFlagListHeader = 1 << 2
 // per read (SKB_WITH_OVERHEAD(32768) in netlink_recvmsg).
 const dumpBufSize = 64 << 10
 
-// dumpSocket is a netfilter netlink socket of Dump's own, read into one
-// reused buffer.
-type dumpSocket struct {
+// nfSocket is a netfilter netlink socket of lbd's own (Dump's, Write's),
+// read into one reused buffer.
+type nfSocket struct {
 	mu  sync.Mutex
 	f   *os.File
 	rc  syscall.RawConn
 	buf []byte
 }
 
-// openDumpSocket opens the socket in ns (netns.None(): the current one).
-func openDumpSocket(ns netns.NsHandle) (*dumpSocket, error) {
+// openNFSocket opens a socket in ns (netns.None(): the current one).
+func openNFSocket(ns netns.NsHandle, name string) (*nfSocket, error) {
 	// vishvananda knows how to open a socket in another namespace; take
 	// over a duplicate of its descriptor (non-blocking, bound) to read it
 	// with a buffer of our own.
@@ -55,16 +55,16 @@ func openDumpSocket(ns netns.NsHandle) (*dumpSocket, error) {
 	if err != nil {
 		return nil, err
 	}
-	f := os.NewFile(uintptr(fd), "ipset-dump")
+	f := os.NewFile(uintptr(fd), name)
 	rc, err := f.SyscallConn()
 	if err != nil {
 		f.Close()
 		return nil, err
 	}
-	return &dumpSocket{f: f, rc: rc, buf: make([]byte, dumpBufSize)}, nil
+	return &nfSocket{f: f, rc: rc, buf: make([]byte, dumpBufSize)}, nil
 }
 
-func (s *dumpSocket) close() { s.f.Close() }
+func (s *nfSocket) close() { s.f.Close() }
 
 // Dump lists the headers of every set in one request (the kernel sends
 // no entries), then the entries of each lbd set whose entries set wants,
@@ -137,7 +137,7 @@ func (k *NetlinkKernel) Dump(set func(name string, t desired.SetType, family int
 // and calls fn with the attributes of each message of the reply. It reads
 // the reply to its end even after fn failed: the socket takes no new dump
 // before.
-func (s *dumpSocket) list(name string, fn func(msg []byte) error) error {
+func (s *nfSocket) list(name string, fn func(msg []byte) error) error {
 	req := nl.NewNetlinkRequest(nl.IPSET_CMD_LIST|unix.NFNL_SUBSYS_IPSET<<8, unix.NLM_F_DUMP)
 	req.AddData(&nl.Nfgenmsg{NfgenFamily: unix.AF_NETLINK, Version: nl.NFNETLINK_V0})
 	req.AddData(nl.NewRtAttr(nl.IPSET_ATTR_PROTOCOL, nl.Uint8Attr(nl.IPSET_PROTOCOL)))
@@ -190,7 +190,7 @@ func ipsetErrno(errno int32) error {
 	return syscall.Errno(errno)
 }
 
-func (s *dumpSocket) send(b []byte) error {
+func (s *nfSocket) send(b []byte) error {
 	var err error
 	werr := s.rc.Write(func(fd uintptr) bool {
 		err = unix.Sendto(int(fd), b, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK})
@@ -199,7 +199,7 @@ func (s *dumpSocket) send(b []byte) error {
 	return cmpErr(werr, err)
 }
 
-func (s *dumpSocket) recv() (int, error) {
+func (s *nfSocket) recv() (int, error) {
 	var n int
 	var from unix.Sockaddr
 	var err error

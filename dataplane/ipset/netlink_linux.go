@@ -15,14 +15,19 @@ import (
 // for source ranges of many services.
 const maxElements = 1 << 20
 
-// NetlinkKernel drives ipsets over two reused netlink sockets: vishvananda's
-// for writes, one of its own for dumps (dump_linux.go).
+// NetlinkKernel drives ipsets over three reused netlink sockets:
+// vishvananda's for creating, destroying and single writes, one of its own
+// for dumps (dump_linux.go) and one for batched writes (batch_linux.go).
 type NetlinkKernel struct {
-	h    *netlink.Handle
-	dump *dumpSocket
+	h     *netlink.Handle
+	dump  *nfSocket
+	batch *batchWriter
 }
 
-var _ Kernel = (*NetlinkKernel)(nil)
+var (
+	_ Kernel  = (*NetlinkKernel)(nil)
+	_ Batcher = (*NetlinkKernel)(nil)
+)
 
 // OpenKernel opens the netfilter netlink sockets in the current namespace.
 func OpenKernel() (*NetlinkKernel, error) {
@@ -35,18 +40,25 @@ func OpenKernelIn(ns netns.NsHandle) (*NetlinkKernel, error) {
 	if err != nil {
 		return nil, fmt.Errorf("opening ipset netlink socket: %w", err)
 	}
-	d, err := openDumpSocket(ns)
+	d, err := openNFSocket(ns, "ipset-dump")
 	if err != nil {
 		h.Close()
 		return nil, fmt.Errorf("opening ipset netlink socket: %w", err)
 	}
-	return &NetlinkKernel{h: h, dump: d}, nil
+	w, err := openBatchWriter(ns)
+	if err != nil {
+		h.Close()
+		d.close()
+		return nil, fmt.Errorf("opening ipset netlink socket: %w", err)
+	}
+	return &NetlinkKernel{h: h, dump: d, batch: w}, nil
 }
 
 // Close releases the sockets.
 func (k *NetlinkKernel) Close() {
 	k.h.Close()
 	k.dump.close()
+	k.batch.s.close()
 }
 
 func (k *NetlinkKernel) Create(spec desired.SetSpec) error {
