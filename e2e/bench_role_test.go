@@ -33,6 +33,8 @@ import (
 	"github.com/lbdproject/lbd/dataplane"
 	"github.com/lbdproject/lbd/dataplane/addrs"
 	"github.com/lbdproject/lbd/dataplane/desired"
+	"github.com/lbdproject/lbd/dataplane/ipset"
+	"github.com/lbdproject/lbd/dataplane/iptables"
 	"github.com/lbdproject/lbd/dataplane/ipvs"
 	"github.com/lbdproject/lbd/e2e/internal/topo"
 )
@@ -76,6 +78,7 @@ type syncFigures struct {
 	Whole  time.Duration // the reconciler's whole sync (SyncResult.Duration)
 	Addrs  time.Duration // the address applier's Apply
 	IPVS   time.Duration // the IPVS applier's Apply, ledger included
+	Filter time.Duration // the packet filter: the ipset and iptables appliers' Apply
 	Ledger time.Duration // reading and writing the ownership ledger file
 	Reads  int
 	Writes int
@@ -171,6 +174,60 @@ func (c countedAddrs) Add(link string, a netip.Addr) error {
 func (c countedAddrs) Delete(link string, a netip.Addr) error {
 	c.n.writes.Add(1)
 	return c.k.Delete(link, a)
+}
+
+type countedSets struct {
+	k ipset.Kernel
+	n *kernelCounts
+}
+
+func (c countedSets) Dump(set func(string, desired.SetType, int) func(desired.SetEntry)) error {
+	c.n.reads.Add(1)
+	return c.k.Dump(set)
+}
+func (c countedSets) Create(s desired.SetSpec) error { c.n.writes.Add(1); return c.k.Create(s) }
+func (c countedSets) Destroy(name string) error      { c.n.writes.Add(1); return c.k.Destroy(name) }
+func (c countedSets) Add(set string, e desired.SetEntry) error {
+	c.n.writes.Add(1)
+	return c.k.Add(set, e)
+}
+func (c countedSets) Del(set string, e desired.SetEntry) error {
+	c.n.writes.Add(1)
+	return c.k.Del(set, e)
+}
+
+type countedRules struct {
+	r iptables.Runner
+	n *kernelCounts
+}
+
+func (c countedRules) Save(table string) (string, error) { c.n.reads.Add(1); return c.r.Save(table) }
+func (c countedRules) Restore(input string) error        { c.n.writes.Add(1); return c.r.Restore(input) }
+
+// timedSets and timedRules time the packet filter's appliers (one
+// goroutine runs both, sets first).
+type timedSets struct {
+	a *ipset.Applier
+	d *time.Duration
+}
+
+func (w timedSets) Apply(st *desired.State, full bool) (ipset.Stats, error) {
+	start := time.Now()
+	s, err := w.a.Apply(st, full)
+	*w.d += time.Since(start)
+	return s, err
+}
+
+type timedRules struct {
+	a *iptables.Applier
+	d *time.Duration
+}
+
+func (w timedRules) Apply(tables []desired.Table, full bool) (iptables.Stats, error) {
+	start := time.Now()
+	s, err := w.a.Apply(tables, full)
+	*w.d += time.Since(start)
+	return s, err
 }
 
 type countedTimeouts struct {
@@ -270,10 +327,21 @@ func benchLBDRole(args []string) (any, error) {
 	}
 	defer kAddrs.Close()
 
+	kSets, err := ipset.OpenKernel()
+	if err != nil {
+		return nil, err
+	}
+	defer kSets.Close()
+
 	var n kernelCounts
 	ledger := &timedLedger{l: ipvs.FileLedger{Path: filepath.Join(*stateDir, "ipvs-owned.json")}}
 	ia := &timedIPVS{a: ipvs.New(countedIPVS{kIPVS, &n}, ledger)}
 	aa := &timedAddrs{a: addrs.New(countedAddrs{kAddrs, &n}, cfg.Dataplane.Interface)}
+	// The packet filter as lbd run wires it (IPv4 rules: the workload has
+	// no IPv6 service, and ip6tables' rules are the same fixed few).
+	var filterTime time.Duration
+	sa := timedSets{a: ipset.New(countedSets{kSets, &n}), d: &filterTime}
+	ra := timedRules{a: iptables.New(countedRules{iptables.NewExecRunner(4, iptables.Detect()), &n}), d: &filterTime}
 	timings := cfg.Sync
 	// A short sync_period brings the periodic full reconcile soon after the
 	// weight change; the runner's other timings stay the configuration's.
@@ -281,6 +349,8 @@ func benchLBDRole(args []string) (any, error) {
 	dp := dataplane.New(dataplane.Options{
 		IPVS:     ia,
 		Addrs:    aa,
+		Sets:     sa,
+		Filters:  map[int]dataplane.FilterApplier{4: ra},
 		Timeouts: countedTimeouts{kIPVS, &n},
 		Logger:   slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 		Sync:     timings,
@@ -294,11 +364,11 @@ func benchLBDRole(args []string) (any, error) {
 	var prevReads, prevWrites int64
 	dp.OnSync(func(r dataplane.SyncResult) {
 		f := syncFigures{
-			Reason: r.Reason.String(), Whole: r.Duration, Addrs: aa.d, IPVS: ia.d, Ledger: ledger.d,
+			Reason: r.Reason.String(), Whole: r.Duration, Addrs: aa.d, IPVS: ia.d, Filter: filterTime, Ledger: ledger.d,
 			Reads: int(n.reads.Load() - prevReads), Writes: int(n.writes.Load() - prevWrites),
 			ReportedDumps: r.Dumps, ReportedWrites: r.Writes,
 		}
-		prevReads, prevWrites, aa.d, ia.d, ledger.d = n.reads.Load(), n.writes.Load(), 0, 0, 0
+		prevReads, prevWrites, aa.d, ia.d, filterTime, ledger.d = n.reads.Load(), n.writes.Load(), 0, 0, 0, 0
 		results <- outcome{f, r}
 	})
 	ctx, cancel := context.WithCancel(context.Background())

@@ -161,8 +161,8 @@ func TestBenchDataplane(t *testing.T) {
 		// lbd and ipvsadm alternate, each in a fresh namespace, so that a
 		// drift of the machine over the run touches both alike.
 		lr := b.lbdRound(t, r == 1 && os.Getenv(benchProfileEnv) == "1")
-		t.Logf("round %d: lbd cold sync %v (addresses %v, IPVS %v); weight change %v, %d reads, %d writes; full reconcile %v; ipvsadm -Sn %v",
-			r, lr.Cold.Whole, lr.Cold.Addrs, lr.Cold.IPVS, lr.Weight.Whole, lr.Weight.Reads, lr.Weight.Writes, lr.Full.Whole, lr.SaveN)
+		t.Logf("round %d: lbd cold sync %v (addresses %v, IPVS %v, packet filter %v); weight change %v, %d reads, %d writes; full reconcile %v; ipvsadm -Sn %v",
+			r, lr.Cold.Whole, lr.Cold.Addrs, lr.Cold.IPVS, lr.Cold.Filter, lr.Weight.Whole, lr.Weight.Reads, lr.Weight.Writes, lr.Full.Whole, lr.SaveN)
 		lbdRounds = append(lbdRounds, lr)
 		rr := b.restoreRound(t)
 		t.Logf("round %d: ipvsadm -R %v", r, rr.Restore)
@@ -727,6 +727,7 @@ func benchReport(p benchParams, lbd []lbdRoundResult, restore []restoreResult, r
 	coldWhole := median(collect(lbd, func(r lbdRoundResult) time.Duration { return r.Cold.Whole }))
 	coldAddrs := median(collect(lbd, func(r lbdRoundResult) time.Duration { return r.Cold.Addrs }))
 	coldIPVS := median(collect(lbd, func(r lbdRoundResult) time.Duration { return r.Cold.IPVS }))
+	coldFilter := median(collect(lbd, func(r lbdRoundResult) time.Duration { return r.Cold.Filter }))
 	restoreT := median(collect(restore, func(r restoreResult) time.Duration { return r.Restore }))
 	evWhole := median(collect(lbd, func(r lbdRoundResult) time.Duration { return r.Weight.Whole }))
 	evShares := collect(lbd, func(r lbdRoundResult) time.Duration {
@@ -752,6 +753,7 @@ func benchReport(p benchParams, lbd []lbdRoundResult, restore []restoreResult, r
 	row("#", "figure", "value", "target", "result")
 	row("1", "cold sync (lbd): addresses", secs(coldAddrs), "", "")
 	row("1", "cold sync (lbd): IPVS", secs(coldIPVS), "", "")
+	row("1", "cold sync (lbd): packet filter", secs(coldFilter), "", "")
 	row("1", "cold sync (lbd): whole", secs(coldWhole), "", "")
 	row("1", "ipvsadm -R of the same rules", secs(restoreT), "", "")
 	row("1", "IPVS / ipvsadm -R", fmt.Sprintf("%.2f×", ipvsRatio), "≤ 0.40×", verdict(ipvsRatio <= targetIPVSRatio))
@@ -772,8 +774,8 @@ func benchReport(p benchParams, lbd []lbdRoundResult, restore []restoreResult, r
 	row("5", fmt.Sprintf("packet filter: ipset members at %d / %d services", p.services, smallServices), fmt.Sprintf("%d / %d", rss.Members, rss.MembersSmall), "", "")
 	b.WriteString("(MB = MiB; ratios are of medians, the share in 2 is the median of per-round shares)\n")
 
-	b.WriteString("\nper round (lbd syncs: whole = addresses + IPVS + desired state and reconciler; IPVS includes the ledger file)\n")
-	fmt.Fprintf(&b, "%-5s %-16s %9s %9s %9s %9s %7s %8s   %s\n", "round", "sync", "whole", "addrs", "IPVS", "ledger", "reads", "writes", "reference")
+	b.WriteString("\nper round (lbd syncs: whole = desired state, then addresses, packet filter and IPVS side by side; IPVS includes the ledger file)\n")
+	fmt.Fprintf(&b, "%-5s %-16s %9s %9s %9s %9s %9s %7s %8s   %s\n", "round", "sync", "whole", "addrs", "filter", "IPVS", "ledger", "reads", "writes", "reference")
 	for i := range lbd {
 		r := lbd[i]
 		for _, s := range []struct {
@@ -785,8 +787,8 @@ func benchReport(p benchParams, lbd []lbdRoundResult, restore []restoreResult, r
 			{"weight change", r.Weight, ""},
 			{"full, no change", r.Full, "ipvsadm -Sn " + secs(r.SaveN)},
 		} {
-			fmt.Fprintf(&b, "%-5d %-16s %9s %9s %9s %9s %7d %8d   %s\n",
-				i+1, s.name, secs(s.f.Whole), secs(s.f.Addrs), secs(s.f.IPVS), secs(s.f.Ledger), s.f.Reads, s.f.Writes, s.ref)
+			fmt.Fprintf(&b, "%-5d %-16s %9s %9s %9s %9s %9s %7d %8d   %s\n",
+				i+1, s.name, secs(s.f.Whole), secs(s.f.Addrs), secs(s.f.Filter), secs(s.f.IPVS), secs(s.f.Ledger), s.f.Reads, s.f.Writes, s.ref)
 		}
 	}
 	fmt.Fprintf(&b, "\nother: config load in the measuring process %s (median); lbd run logged its first sync at %s and the periodic full sync at %s; waits for an idle machine between steps: %s\n",
