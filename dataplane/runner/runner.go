@@ -146,7 +146,13 @@ func (r *Runner) Loop(ctx context.Context) {
 		}
 
 		err := r.fn(ctx, why)
-		periodic.Reset(r.opts.MaxInterval)
+		// Only a full sync restarts the period: requested syncs trust the
+		// cache, so a steady stream of them must not put off the dump that
+		// repairs drift (kube-proxy resets after every sync because all of
+		// its syncs are full).
+		if why.Full() {
+			periodic.Reset(r.opts.MaxInterval)
+		}
 		if err == nil {
 			backoff = 0
 			retry.Stop()
