@@ -308,7 +308,8 @@ func dests(weights map[string]int, order ...string) []desired.Dest {
 // table (ipvsadm -Sn) with what was asked, line by line. One service exists
 // beforehand (its error only; its destinations are not added to it), and
 // one service has a multicast destination (EINVAL) and one twice (EEXIST):
-// errors for those only, its other destinations are created.
+// errors for those only, its other destinations are created. One service
+// asks for a scheduler no kernel has: ENOENT, reported as a missing module.
 func TestIPVSBatch(t *testing.T) {
 	requireIPVSForBatch(t)
 	good := []desired.Service{
@@ -345,10 +346,15 @@ func TestIPVSBatch(t *testing.T) {
 	ask := slices.Clone(good[:5])
 	ask = append(ask, existing, badDests)
 	ask = append(ask, good[5:]...)
+	// No module ip_vs_nosuch: the kernel answers ENOENT; not created.
+	ask = append(ask, desired.Service{Key: key("198.18.0.8", 80, config.TCP), Scheduler: "nosuch", Netmask: 0xffffffff,
+		Dests: dests(map[string]int{"198.19.0.40:80": 1}, "198.19.0.40:80")})
 	wantErr := map[int]string{
 		5: "adding virtual server 198.18.0.9:80/tcp: file exists",
 		6: "adding real server 224.0.0.5:80 to 198.18.0.4:80/tcp: invalid argument\n" +
 			"adding real server 198.19.0.20:80 to 198.18.0.4:80/tcp: file exists",
+		len(ask) - 1: `adding virtual server 198.18.0.8:80/tcp: scheduler "nosuch" is not available in the kernel: ` +
+			"load module ip_vs_nosuch (modprobe ip_vs_nosuch): no such file or directory",
 	}
 	// Expected table: the good ones, the one with bad destinations with
 	// its good ones, the existing one as it was made.

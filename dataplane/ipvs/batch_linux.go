@@ -403,15 +403,7 @@ func (w *genlWriter) flush(svcs []Service, errs []error, destErrs [][]error) {
 	flags := nativeEndian.Uint16(w.buf[lastHdr+6:])
 	nativeEndian.PutUint16(w.buf[lastHdr+6:], flags|unix.NLM_F_ACK)
 	lastSeq := w.seq
-	record := func(obj sentObj, err error) {
-		s := &svcs[obj.svc]
-		if obj.dest < 0 {
-			errs[obj.svc] = fmt.Errorf("adding virtual server %s: %w", s.Key, err)
-			return
-		}
-		destErrs[obj.svc] = append(destErrs[obj.svc],
-			fmt.Errorf("adding real server %s to %s: %w", s.Dests[obj.dest].Addr, s.Key, err))
-	}
+	record := func(obj sentObj, err error) { recordErr(svcs, errs, destErrs, obj, err) }
 	if err := w.send(); err != nil {
 		for _, obj := range w.sent {
 			record(obj, err)
@@ -441,7 +433,7 @@ func (w *genlWriter) flush(svcs []Service, errs []error, destErrs [][]error) {
 				continue // an answer of an earlier send
 			}
 			if e := m.errno(); e != 0 {
-				record(w.sent[i], e)
+				recordAnswer(svcs, errs, destErrs, w.sent[i], e)
 			}
 			answered = i + 1 // answers come in order
 			if m.seq == lastSeq {
@@ -449,6 +441,28 @@ func (w *genlWriter) flush(svcs []Service, errs []error, destErrs [][]error) {
 			}
 		}
 	}
+}
+
+// recordErr records err, the outcome of request obj, against its service.
+func recordErr(svcs []Service, errs []error, destErrs [][]error, obj sentObj, err error) {
+	s := &svcs[obj.svc]
+	if obj.dest < 0 {
+		errs[obj.svc] = fmt.Errorf("adding virtual server %s: %w", s.Key, err)
+		return
+	}
+	destErrs[obj.svc] = append(destErrs[obj.svc],
+		fmt.Errorf("adding real server %s to %s: %w", s.Dests[obj.dest].Addr, s.Key, err))
+}
+
+// recordAnswer records the kernel's error answer e to request obj. Only
+// a service's ENOENT means a missing scheduler module; a destination's
+// means something else.
+func recordAnswer(svcs []Service, errs []error, destErrs [][]error, obj sentObj, e syscall.Errno) {
+	var err error = e
+	if obj.dest < 0 {
+		err = schedulerError(svcs[obj.svc].Scheduler, e)
+	}
+	recordErr(svcs, errs, destErrs, obj, err)
 }
 
 func (w *genlWriter) send() error {

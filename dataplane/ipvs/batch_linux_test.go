@@ -3,7 +3,9 @@ package ipvs
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"net/netip"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -164,5 +166,50 @@ func TestAnswers(t *testing.T) {
 	}
 	if n != 1 {
 		t.Errorf("%d messages in a truncated buffer, want 1", n)
+	}
+}
+
+func TestRecordAnswer(t *testing.T) {
+	svcs := []Service{{
+		Key:       desired.Key{Addr: netip.MustParseAddr("198.18.0.1"), Port: 80, Protocol: config.TCP},
+		Scheduler: "mh",
+		Dests:     []Dest{{Addr: netip.MustParseAddrPort("10.0.0.1:8080"), Weight: 1}},
+	}}
+	const schedMsg = `scheduler "mh" is not available in the kernel: load module ip_vs_mh (modprobe ip_vs_mh)`
+	for _, tc := range []struct {
+		name      string
+		obj       sentObj
+		errno     syscall.Errno
+		want      string // the recorded error's text
+		wantSched bool   // whether it names the scheduler module
+	}{
+		{"service ENOENT", sentObj{svc: 0, dest: -1}, syscall.ENOENT,
+			"adding virtual server 198.18.0.1:80/tcp: " + schedMsg + ": no such file or directory", true},
+		{"service EEXIST", sentObj{svc: 0, dest: -1}, syscall.EEXIST,
+			"adding virtual server 198.18.0.1:80/tcp: file exists", false},
+		{"destination ENOENT", sentObj{svc: 0, dest: 0}, syscall.ENOENT,
+			"adding real server 10.0.0.1:8080 to 198.18.0.1:80/tcp: no such file or directory", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			errs := make([]error, len(svcs))
+			destErrs := make([][]error, len(svcs))
+			recordAnswer(svcs, errs, destErrs, tc.obj, tc.errno)
+			got := errs[0]
+			if tc.obj.dest >= 0 {
+				if errs[0] != nil || len(destErrs[0]) != 1 {
+					t.Fatalf("service error %v, destination errors %v; want one destination error", errs[0], destErrs[0])
+				}
+				got = destErrs[0][0]
+			}
+			if got == nil || got.Error() != tc.want {
+				t.Fatalf("recorded %v\nwant %s", got, tc.want)
+			}
+			if !errors.Is(got, tc.errno) {
+				t.Errorf("errors.Is(%v, %v) = false", got, tc.errno)
+			}
+			if strings.Contains(got.Error(), "ip_vs_mh") != tc.wantSched {
+				t.Errorf("%q: names the scheduler module = %v, want %v", got, !tc.wantSched, tc.wantSched)
+			}
+		})
 	}
 }

@@ -45,11 +45,28 @@ var _ Kernel = (*NetlinkKernel)(nil)
 var ErrNoIPVS = errors.New("the kernel has no IPVS: load the ip_vs module (modprobe ip_vs) and the ip_vs_* scheduler modules")
 
 // Available reports whether IPVS is loaded in this network namespace.
-func Available() error {
-	if _, err := os.Stat(procIPVS); err != nil {
-		return fmt.Errorf("%w (%s: %v)", ErrNoIPVS, procIPVS, err)
+func Available() error { return available(procIPVS) }
+
+// available is Available with the proc file as a parameter, for tests.
+func available(proc string) error {
+	if _, err := os.Stat(proc); err != nil {
+		return fmt.Errorf("%w (%s: %v)", ErrNoIPVS, proc, err)
 	}
 	return nil
+}
+
+// schedulerError explains the kernel's ENOENT to adding or editing a
+// virtual server: ip_vs_add_service and ip_vs_edit_service (Linux
+// net/netfilter/ipvs/ip_vs_ctl.c) answer it when the scheduler's module
+// ip_vs_<name> is not loaded and request_module could not load it, and
+// the bare errno names no module. (A missing persistence engine also
+// answers ENOENT; lbd sets none.) Other errors are returned as they are;
+// errors.Is(err, syscall.ENOENT) stays true.
+func schedulerError(sched string, err error) error {
+	if sched == "" || !errors.Is(err, syscall.ENOENT) {
+		return err
+	}
+	return fmt.Errorf("scheduler %q is not available in the kernel: load module ip_vs_%s (modprobe ip_vs_%s): %w", sched, sched, sched, err)
 }
 
 // OpenKernel opens IPVS in the current network namespace.
@@ -166,8 +183,14 @@ func keyService(k desired.Key) *mobyipvs.Service {
 	return toMoby(Service{Key: k})
 }
 
-func (k *NetlinkKernel) AddService(s Service) error    { return k.h.NewService(toMoby(s)) }
-func (k *NetlinkKernel) UpdateService(s Service) error { return k.h.UpdateService(toMoby(s)) }
+func (k *NetlinkKernel) AddService(s Service) error {
+	return schedulerError(s.Scheduler, k.h.NewService(toMoby(s)))
+}
+
+func (k *NetlinkKernel) UpdateService(s Service) error {
+	return schedulerError(s.Scheduler, k.h.UpdateService(toMoby(s)))
+}
+
 func (k *NetlinkKernel) DeleteService(key desired.Key) error {
 	return k.h.DelService(keyService(key))
 }

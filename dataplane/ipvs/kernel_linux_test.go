@@ -1,0 +1,84 @@
+package ipvs
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+)
+
+func TestAvailable(t *testing.T) {
+	dir := t.TempDir()
+	present := filepath.Join(dir, "ip_vs")
+	if err := os.WriteFile(present, []byte("IP Virtual Server version 1.2.1 (size=4096)\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name    string
+		path    string
+		wantErr bool
+	}{
+		{"loaded", present, false},
+		{"not loaded", filepath.Join(dir, "missing"), true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := available(tc.path)
+			if !tc.wantErr {
+				if err != nil {
+					t.Fatalf("available(%q) = %v, want nil", tc.path, err)
+				}
+				return
+			}
+			if !errors.Is(err, ErrNoIPVS) {
+				t.Fatalf("available(%q) = %v, want it to wrap ErrNoIPVS", tc.path, err)
+			}
+			// The operator must learn which module to load and what was
+			// looked at.
+			for _, want := range []string{"modprobe ip_vs", tc.path} {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("error %q does not mention %q", err, want)
+				}
+			}
+		})
+	}
+}
+
+func TestSchedulerError(t *testing.T) {
+	enoent := fmt.Errorf("netlink: %w", syscall.ENOENT) // wrapped, as a caller may
+	for _, tc := range []struct {
+		name  string
+		sched string
+		err   error
+		want  string // "" : err comes back unchanged
+	}{
+		{"mh missing", "mh", syscall.ENOENT,
+			`scheduler "mh" is not available in the kernel: load module ip_vs_mh (modprobe ip_vs_mh): no such file or directory`},
+		{"wrr missing", "wrr", syscall.ENOENT,
+			`scheduler "wrr" is not available in the kernel: load module ip_vs_wrr (modprobe ip_vs_wrr): no such file or directory`},
+		{"wrapped ENOENT", "sh", enoent,
+			`scheduler "sh" is not available in the kernel: load module ip_vs_sh (modprobe ip_vs_sh): netlink: no such file or directory`},
+		{"no error", "mh", nil, ""},
+		{"exists", "mh", syscall.EEXIST, ""},
+		{"no such service", "rr", syscall.ESRCH, ""},
+		{"no scheduler name", "", syscall.ENOENT, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := schedulerError(tc.sched, tc.err)
+			if tc.want == "" {
+				if got != tc.err {
+					t.Fatalf("schedulerError(%q, %v) = %v, want the error unchanged", tc.sched, tc.err, got)
+				}
+				return
+			}
+			if got == nil || got.Error() != tc.want {
+				t.Fatalf("schedulerError(%q, %v) = %v\nwant %s", tc.sched, tc.err, got, tc.want)
+			}
+			if !errors.Is(got, syscall.ENOENT) {
+				t.Errorf("errors.Is(%v, ENOENT) = false", got)
+			}
+		})
+	}
+}
