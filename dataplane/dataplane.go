@@ -16,6 +16,7 @@ import (
 
 	"github.com/lbdproject/lbd/config"
 	"github.com/lbdproject/lbd/dataplane/addrs"
+	"github.com/lbdproject/lbd/dataplane/conntrack"
 	"github.com/lbdproject/lbd/dataplane/desired"
 	"github.com/lbdproject/lbd/dataplane/ipset"
 	"github.com/lbdproject/lbd/dataplane/iptables"
@@ -57,7 +58,7 @@ type TimeoutSetter interface {
 // ConntrackCleaner removes the conntrack entries of deleted UDP real
 // servers.
 type ConntrackCleaner interface {
-	DeleteUDP(dests []netip.AddrPort) (uint, error)
+	DeleteUDP(flows []conntrack.Flow) (uint, error)
 }
 
 // SyncResult describes one sync, for logs, status and metrics.
@@ -74,6 +75,9 @@ type SyncResult struct {
 	// grow with services, the entries do.
 	FilterRules int
 	SetEntries  int
+	// Failed lists the virtual servers whose kernel writes failed (the
+	// others were applied), sorted.
+	Failed []desired.Key
 	// Waiting is set when the sync was skipped because not every source
 	// has delivered its first snapshot.
 	Waiting bool
@@ -120,10 +124,15 @@ type Dataplane struct {
 	// copied from it, when asked, while holding it.
 	applying chan struct{}
 
-	// applied is the last desired state applied and the configuration it
-	// came from; only the sync goroutine touches them.
+	// applied is the desired state the last sync that was not held went
+	// for and the configuration it came from; only the sync goroutine
+	// writes them.
 	applied    *desired.State
 	appliedCfg *config.Config
+	// ctPending holds the flows of deleted UDP real servers whose
+	// conntrack entries are still to be removed: the destinations are gone
+	// from IPVS, so a failed pass is retried from here, not from a diff.
+	ctPending []conntrack.Flow
 }
 
 // Options configures a Dataplane.
@@ -193,9 +202,11 @@ func (d *Dataplane) changed() {
 	}
 }
 
-// Applied returns the desired state the kernel last took in full (no
-// error, not held), without computing it again; ok is false before the
-// first such sync.
+// Applied returns the desired state the last sync that was not held
+// applied, without computing it again; ok is false before the first such
+// sync. When that sync failed (SyncResult.Err), the virtual servers it
+// names in SyncResult.Failed, and whatever another subsystem's error says,
+// may not be in the kernel as described.
 func (d *Dataplane) Applied() (st desired.State, ok bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -396,14 +407,19 @@ func (d *Dataplane) sync(_ context.Context, why runner.Reason) error {
 		res.Writes += p.writes
 		errs = append(errs, p.errs...)
 	}
-	res.SetEntries, res.FilterRules, res.Draining = filterPart.setEntries, filterPart.rules, ir.Draining
+	res.SetEntries, res.FilterRules, res.Draining, res.Failed = filterPart.setEntries, filterPart.rules, ir.Draining, ir.Failed
+	slices.SortFunc(res.Failed, desired.Key.Compare)
+	res.Failed = slices.Compact(res.Failed)
 	if d.announce != nil {
 		d.announce.Set(st.Announce)
 	}
 	d.idle()
 	res.Services = len(st.Services)
 	res.Err = errors.Join(errs...)
-	if res.Err == nil && res.Held == "" {
+	// Recorded even when a write failed: one virtual server the kernel
+	// keeps refusing must not turn every later sync into an "admin edit"
+	// that the safety valve lets through, nor freeze what hooks see.
+	if res.Held == "" {
 		d.mu.Lock() // Applied reads it from other goroutines
 		d.applied, d.appliedCfg = &st, cfg
 		d.mu.Unlock()
@@ -496,14 +512,24 @@ func (d *Dataplane) applyIPVS(services []desired.Service, full bool) (part, ipvs
 	var p part
 	ir, err := d.ipvs.Apply(services, full)
 	p.add(ir.Dumps, ir.Writes, err, "ipvs")
-	if d.ct != nil && len(ir.DeletedUDP) > 0 {
-		n, err := d.ct.DeleteUDP(ir.DeletedUDP)
-		p.writes++
-		if err != nil {
-			p.errs = append(p.errs, err)
-		}
-		d.log.Info("removed conntrack entries of deleted UDP real servers", "real_servers", len(ir.DeletedUDP), "entries", n)
+	if d.ct == nil {
+		return p, ir
 	}
+	for _, u := range ir.DeletedUDP {
+		d.ctPending = append(d.ctPending, conntrack.Flow{VIP: netip.AddrPortFrom(u.Service.Addr, u.Service.Port), Real: u.Real})
+	}
+	if len(d.ctPending) == 0 {
+		return p, ir
+	}
+	n, err := d.ct.DeleteUDP(d.ctPending)
+	p.writes++
+	if err != nil {
+		// Kept for the retry this error brings.
+		p.errs = append(p.errs, fmt.Errorf("conntrack entries of %d deleted UDP real servers: %w", len(d.ctPending), err))
+		return p, ir
+	}
+	d.log.Info("removed conntrack entries of deleted UDP real servers", "real_servers", len(d.ctPending), "entries", n)
+	d.ctPending = nil
 	return p, ir
 }
 

@@ -2,8 +2,11 @@ package dataplane_test
 
 import (
 	"context"
+	"errors"
 	"net/netip"
+	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -12,6 +15,7 @@ import (
 	"github.com/lbdproject/lbd/dataplane"
 	"github.com/lbdproject/lbd/dataplane/addrs"
 	"github.com/lbdproject/lbd/dataplane/addrs/fakeaddrs"
+	"github.com/lbdproject/lbd/dataplane/conntrack"
 	"github.com/lbdproject/lbd/dataplane/desired"
 	"github.com/lbdproject/lbd/dataplane/ipvs"
 	"github.com/lbdproject/lbd/dataplane/ipvs/fakeipvs"
@@ -182,6 +186,107 @@ service = "web"
 		}
 		if st, ok := dp.Applied(); !ok || len(st.Services) != 2 {
 			t.Errorf("Applied after a held sync: %d services, ok %v; want the 2 the kernel still holds", len(st.Services), ok)
+		}
+	})
+}
+
+// TestSafetyValveAfterAFailedSync: a configuration edit whose sync fails
+// for one virtual server is still the configuration in force, so a later
+// mass removal by health is held, not taken for the admin's edit.
+func TestSafetyValveAfterAFailedSync(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		kv := &fakeipvs.Kernel{}
+		web := `
+[[service]]
+name = "web"
+vips = ["192.0.2.10"]
+port = 80
+on_unhealthy = "remove"
+real_server = [{ address = "10.0.0.1" }, { address = "10.0.0.2" }, { address = "10.0.0.3" }]
+`
+		cfg := parse(t, web)
+		dp := dataplane.New(dataplane.Options{IPVS: ipvs.New(kv, &fakeipvs.Ledger{}), Addrs: addrs.New(&fakeaddrs.Kernel{}, "lbd0"), Sync: cfg.Sync})
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		go dp.Loop(ctx)
+		dp.SetConfig(cfg)
+		synctest.Wait()
+
+		// The admin adds a service the kernel refuses once.
+		edited := parse(t, web+"[[service]]\nname = \"api\"\nvips = [\"192.0.2.20\"]\nport = 443\n")
+		api := desired.Key{Addr: netip.MustParseAddr("192.0.2.20"), Port: 443, Protocol: config.TCP}
+		kv.Fail = map[desired.Key]error{api: syscall.EINVAL}
+		dp.SetConfig(edited)
+		synctest.Wait()
+		if last := dp.Last(); last.Err == nil || !slices.Equal(last.Failed, []desired.Key{api}) || !strings.Contains(kv.String(), "10.0.0.3:80 w=1") {
+			t.Fatalf("refused service: %+v\n%s; want an error naming only api, web applied", last, kv)
+		}
+		before := kv.String()
+		down := map[desired.HealthKey]bool{}
+		for _, a := range []string{"10.0.0.1:80", "10.0.0.2:80"} {
+			down[desired.HealthKey{Service: "web", Addr: netip.MustParseAddrPort(a)}] = false
+		}
+		dp.SetHealth(down)
+		time.Sleep(2 * time.Second)
+		synctest.Wait()
+		if last := dp.Last(); !strings.Contains(last.Held, "would delete 2 of 3 real servers") || strings.Contains(kv.String(), "w=0") {
+			t.Errorf("mass removal after a failed edit not held: %+v\nbefore:\n%safter:\n%s", last, before, kv)
+		}
+	})
+}
+
+// failingCleaner fails its first fail calls and records what it was asked.
+type failingCleaner struct {
+	fail  int
+	calls [][]conntrack.Flow
+}
+
+func (c *failingCleaner) DeleteUDP(flows []conntrack.Flow) (uint, error) {
+	c.calls = append(c.calls, slices.Clone(flows))
+	if len(c.calls) <= c.fail {
+		return 0, errors.New("conntrack said no")
+	}
+	return uint(len(flows)), nil
+}
+
+// TestConntrackRetried: the destinations are gone from IPVS after the
+// first sync, so a failed conntrack pass must be retried from what the
+// dataplane kept, not from a diff.
+func TestConntrackRetried(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		kv := &fakeipvs.Kernel{}
+		dns := `
+[[service]]
+name = "dns"
+vips = ["192.0.2.53"]
+port = 53
+protocol = "udp"
+real_server = [{ address = "10.0.0.1" }%s]
+`
+		cfg := parse(t, strings.Replace(dns, "%s", `, { address = "10.0.0.2" }`, 1))
+		ct := &failingCleaner{fail: 1}
+		dp := dataplane.New(dataplane.Options{IPVS: ipvs.New(kv, &fakeipvs.Ledger{}), Addrs: addrs.New(&fakeaddrs.Kernel{}, "lbd0"), Conntrack: ct, Sync: cfg.Sync})
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		go dp.Loop(ctx)
+		dp.SetConfig(cfg)
+		synctest.Wait()
+		dp.SetConfig(parse(t, strings.Replace(dns, "%s", "", 1)))
+		time.Sleep(10 * time.Second) // the retry's backoff
+		synctest.Wait()
+		want := []conntrack.Flow{{VIP: netip.MustParseAddrPort("192.0.2.53:53"), Real: netip.MustParseAddrPort("10.0.0.2:53")}}
+		if len(ct.calls) != 2 || !slices.Equal(ct.calls[0], want) || !slices.Equal(ct.calls[1], want) {
+			t.Fatalf("conntrack calls %v; want %v twice (failed, retried)", ct.calls, want)
+		}
+		if last := dp.Last(); last.Err != nil || strings.Contains(kv.String(), "10.0.0.2") {
+			t.Errorf("after the retry: %+v\n%s", last, kv)
+		}
+		// Done: a later sync asks for nothing more.
+		dp.SetHealth(map[desired.HealthKey]bool{})
+		time.Sleep(2 * time.Second)
+		synctest.Wait()
+		if len(ct.calls) != 2 {
+			t.Errorf("conntrack asked again after success: %v", ct.calls)
 		}
 	})
 }

@@ -17,8 +17,8 @@ import (
 // VIPs registered into Consul follow what the kernel serves. A service is
 // passing while it meets its quorum (at least one healthy real server).
 func (d *daemon) register(res dataplane.SyncResult) {
-	if res.Waiting || res.Err != nil || res.Held != "" {
-		return // the kernel did not (fully) take the desired state
+	if res.Waiting || res.Held != "" {
+		return // the kernel did not take the desired state
 	}
 	regs := d.regs.Load()
 	if regs == nil {
@@ -29,12 +29,13 @@ func (d *daemon) register(res dataplane.SyncResult) {
 	if !ok {
 		return
 	}
-	d.reg.Set(registrations(*regs, st))
+	d.reg.Set(registrations(*regs, st, res.Failed))
 }
 
 // registrations lists one Consul registration per VIP of each service
-// that asks for it; NodePort-like virtual servers are not registered.
-func registrations(regs map[string]config.ConsulRegister, st desired.State) []registrar.Registration {
+// that asks for it; NodePort-like virtual servers are not registered. A
+// virtual server the kernel refused (failed) is registered critical.
+func registrations(regs map[string]config.ConsulRegister, st desired.State, failed []desired.Key) []registrar.Registration {
 	var out []registrar.Registration
 	vips := map[netip.Addr]bool{}
 	for _, v := range st.VIPs {
@@ -46,6 +47,10 @@ func registrations(regs map[string]config.ConsulRegister, st desired.State) []re
 			continue
 		}
 		quorum := max(vs.Quorum, 1)
+		healthy, notes := vs.Healthy >= quorum, fmt.Sprintf("%d healthy real servers, quorum %d", vs.Healthy, quorum)
+		if _, refused := slices.BinarySearchFunc(failed, vs.Key, desired.Key.Compare); refused {
+			healthy, notes = false, "the kernel refused this virtual server at the last sync (see lbd status)"
+		}
 		out = append(out, registrar.Registration{
 			ID:      fmt.Sprintf("lbd-%s-%s-%d-%s", vs.Name, vs.Key.Addr, vs.Key.Port, vs.Key.Protocol),
 			Name:    r.Name,
@@ -53,8 +58,8 @@ func registrations(regs map[string]config.ConsulRegister, st desired.State) []re
 			Port:    vs.Key.Port,
 			Tags:    slices.Clone(r.Tags),
 			Meta:    map[string]string{"lbd-service": vs.Name, "lbd-protocol": string(vs.Key.Protocol)},
-			Healthy: vs.Healthy >= quorum,
-			Notes:   fmt.Sprintf("%d healthy real servers, quorum %d", vs.Healthy, quorum),
+			Healthy: healthy,
+			Notes:   notes,
 		})
 	}
 	return out

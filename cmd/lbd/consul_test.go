@@ -21,7 +21,7 @@ func TestRegistrations(t *testing.T) {
 		vs("other", vip, 3, 1),
 	}}
 	regs := map[string]config.ConsulRegister{"web": {Name: "web-vip", Tags: []string{"edge"}}, "api": {Name: "api"}}
-	got := registrations(regs, st)
+	got := registrations(regs, st, nil)
 	if len(got) != 2 {
 		t.Fatalf("%d registrations, want web and api: %+v", len(got), got)
 	}
@@ -31,5 +31,12 @@ func TestRegistrations(t *testing.T) {
 	}
 	if api.Healthy || api.Notes != "1 healthy real servers, quorum 2" {
 		t.Errorf("api below its quorum must be critical: %+v", api)
+	}
+
+	// The kernel refused web's virtual server: critical, whatever its health.
+	st.Services = st.Services[:1]
+	got = registrations(regs, st, []desired.Key{st.Services[0].Key})
+	if len(got) != 1 || got[0].Healthy || got[0].Notes == "" {
+		t.Errorf("a refused virtual server must be registered critical: %+v", got)
 	}
 }

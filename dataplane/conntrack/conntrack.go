@@ -13,17 +13,29 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// udpReplyFrom matches UDP flows whose reply comes from one of a set of
-// real servers: with IPVS NAT and vs/conntrack=1 those are the flows that
-// were scheduled to them.
-type udpReplyFrom map[netip.AddrPort]bool
+// Flow names the UDP flows of one virtual server scheduled to one real
+// server: with IPVS NAT and vs/conntrack=1 their original destination is
+// the virtual server and their reply comes from the real server.
+type Flow struct {
+	VIP  netip.AddrPort // the virtual server's address and port
+	Real netip.AddrPort
+}
 
-func (f udpReplyFrom) MatchConntrackFlow(flow *netlink.ConntrackFlow) bool {
+// udpFlows matches the UDP flows of a set of (virtual server, real server)
+// pairs. Matching the virtual server too spares the flows a real server
+// still serves for another virtual server (as kube-proxy does).
+type udpFlows map[Flow]bool
+
+func (f udpFlows) MatchConntrackFlow(flow *netlink.ConntrackFlow) bool {
 	if flow.Forward.Protocol != syscall.IPPROTO_UDP {
 		return false
 	}
-	ip, ok := netip.AddrFromSlice(flow.Reverse.SrcIP)
-	return ok && f[netip.AddrPortFrom(ip.Unmap(), flow.Reverse.SrcPort)]
+	vip, ok1 := netip.AddrFromSlice(flow.Forward.DstIP)
+	real, ok2 := netip.AddrFromSlice(flow.Reverse.SrcIP)
+	return ok1 && ok2 && f[Flow{
+		VIP:  netip.AddrPortFrom(vip.Unmap(), flow.Forward.DstPort),
+		Real: netip.AddrPortFrom(real.Unmap(), flow.Reverse.SrcPort),
+	}]
 }
 
 // Cleaner deletes conntrack entries through one reused netlink socket.
@@ -43,19 +55,19 @@ func Open() (*Cleaner, error) {
 // Close releases the socket.
 func (c *Cleaner) Close() { c.h.Close() }
 
-// DeleteUDP deletes every UDP flow answered by one of dests, in one pass
+// DeleteUDP deletes the UDP flows of every pair in flows, in one pass
 // over the table per address family, and returns how many it deleted.
-func (c *Cleaner) DeleteUDP(dests []netip.AddrPort) (uint, error) {
-	byFamily := map[netlink.InetFamily]udpReplyFrom{}
-	for _, d := range dests {
+func (c *Cleaner) DeleteUDP(flows []Flow) (uint, error) {
+	byFamily := map[netlink.InetFamily]udpFlows{}
+	for _, f := range flows {
 		fam := netlink.InetFamily(unix.AF_INET)
-		if d.Addr().Is6() {
+		if f.Real.Addr().Is6() {
 			fam = unix.AF_INET6
 		}
 		if byFamily[fam] == nil {
-			byFamily[fam] = udpReplyFrom{}
+			byFamily[fam] = udpFlows{}
 		}
-		byFamily[fam][d] = true
+		byFamily[fam][f] = true
 	}
 	var total uint
 	var errs []error

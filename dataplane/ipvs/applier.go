@@ -69,7 +69,16 @@ type Result struct {
 	Draining int
 	// DeletedUDP lists UDP destinations deleted, whose conntrack entries
 	// should go too so that clients do not keep sending to them.
-	DeletedUDP []netip.AddrPort
+	DeletedUDP []UDPDest
+	// Failed lists the virtual servers a kernel write failed for; the
+	// others were applied.
+	Failed []desired.Key
+}
+
+// UDPDest is a deleted UDP destination of one virtual server.
+type UDPDest struct {
+	Service desired.Key
+	Real    netip.AddrPort
 }
 
 // Applier applies desired virtual servers to a Kernel. It is not safe for
@@ -177,20 +186,28 @@ func (a *Applier) Apply(want []desired.Service, full bool) (Result, error) {
 	wanted := make(map[desired.Key]bool, len(want))
 	for _, s := range want {
 		wanted[s.Key] = true
-		if !failed[s.Key] {
-			a.applyService(s, now, freshConns, &res, note)
+		if failed[s.Key] {
+			res.Failed = append(res.Failed, s.Key)
+			continue
+		}
+		n := len(errs)
+		a.applyService(s, now, freshConns, &res, note)
+		if len(errs) > n {
+			res.Failed = append(res.Failed, s.Key)
 		}
 	}
 	for key, e := range a.cache {
 		if wanted[key] || !next[key] {
 			continue
 		}
-		if note(a.k.DeleteService(key), "deleting virtual server %s", key) {
-			delete(a.cache, key)
-			if key.Protocol == config.UDP {
-				for _, d := range e.dests {
-					res.DeletedUDP = append(res.DeletedUDP, d.addr)
-				}
+		if !note(a.k.DeleteService(key), "deleting virtual server %s", key) {
+			res.Failed = append(res.Failed, key)
+			continue
+		}
+		delete(a.cache, key)
+		if key.Protocol == config.UDP {
+			for _, d := range e.dests {
+				res.DeletedUDP = append(res.DeletedUDP, UDPDest{key, d.addr})
 			}
 		}
 	}
@@ -313,7 +330,11 @@ func (a *Applier) applyChanged(want []desired.Service) (Result, error) {
 		if unchanged(&a.prev[i], s) && len(a.prevEntries[i].dests) == len(s.Dests) {
 			continue // nothing to write, nothing draining
 		}
+		n := len(errs)
 		a.applyService(*s, now, false, &res, note)
+		if len(errs) > n {
+			res.Failed = append(res.Failed, s.Key)
+		}
 	}
 	if len(errs) > 0 || !a.valid {
 		a.prev = nil
@@ -436,7 +457,7 @@ func (a *Applier) applyService(s desired.Service, now time.Time, freshConns bool
 		if deleteNow {
 			if note(a.k.DeleteDest(s.Key, addr), "deleting real server %s from %s", addr, where) {
 				if s.Key.Protocol == config.UDP {
-					res.DeletedUDP = append(res.DeletedUDP, addr)
+					res.DeletedUDP = append(res.DeletedUDP, UDPDest{s.Key, addr})
 				}
 				continue
 			}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -216,7 +217,7 @@ func TestUDPRealServerDeletedAtOnce(t *testing.T) {
 	f := newFixture()
 	f.apply(t, false, svc(dns, "rr", rs1, 1, rs2, 1))
 	res := f.apply(t, false, svc(dns, "rr", rs1, 1))
-	if len(res.DeletedUDP) != 1 || res.DeletedUDP[0] != rs2 || res.Draining != 0 {
+	if len(res.DeletedUDP) != 1 || res.DeletedUDP[0] != (ipvs.UDPDest{Service: dns, Real: rs2}) || res.Draining != 0 {
 		t.Errorf("%+v; want rs2 deleted at once and reported for conntrack", res)
 	}
 	f.expect(t, "192.0.2.53:53/udp rr flags=0x0 timeout=0\n  -> 10.0.0.1:80 w=1\n")
@@ -244,15 +245,18 @@ func TestOneBadServiceDoesNotBlockOthers(t *testing.T) {
 		t.Run(kt.name, func(t *testing.T) {
 			f := fixtureFor(kt.batch)
 			f.k.Fail = map[desired.Key]error{web: syscall.EINVAL}
-			_, err := f.a.Apply([]desired.Service{svc(web, "wrr", rs1, 1), svc(dns, "rr", rs2, 1)}, false)
+			res, err := f.a.Apply([]desired.Service{svc(web, "wrr", rs1, 1), svc(dns, "rr", rs2, 1)}, false)
+			if !slices.Equal(res.Failed, []desired.Key{web}) {
+				t.Errorf("Failed = %v; want [%v]", res.Failed, web)
+			}
 			if !errors.Is(err, syscall.EINVAL) || !strings.Contains(err.Error(), "adding virtual server 192.0.2.10:80/tcp (service svc at test)") ||
 				strings.Count(err.Error(), "192.0.2.10") != 1 {
 				t.Fatalf("err = %v; want the kernel's error, located, once", err)
 			}
 			f.expect(t, "192.0.2.53:53/udp rr flags=0x0 timeout=0\n  -> 10.0.0.2:80 w=1\n")
 			// The failure invalidated the cache: the retry dumps, then adds web.
-			res := f.apply(t, false, svc(web, "wrr", rs1, 1), svc(dns, "rr", rs2, 1))
-			if res.Dumps != 1 || res.Writes != 2 {
+			res = f.apply(t, false, svc(web, "wrr", rs1, 1), svc(dns, "rr", rs2, 1))
+			if res.Dumps != 1 || res.Writes != 2 || res.Failed != nil {
 				t.Errorf("retry: %+v; want 1 dump, 2 writes", res.Stats)
 			}
 			f.expect(t, "192.0.2.10:80/tcp wrr flags=0x0 timeout=0\n  -> 10.0.0.1:80 w=1\n192.0.2.53:53/udp rr flags=0x0 timeout=0\n  -> 10.0.0.2:80 w=1\n")
