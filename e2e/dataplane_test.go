@@ -11,6 +11,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/lbdproject/lbd/e2e/internal/topo"
 )
@@ -207,6 +208,56 @@ name = "wrr"`, tp.RealServers[0].Addr(tp.Backend)), 1)
 		if per := probeOK(t, client, topo.HTTP, rr, 6).ByServer(); per["rs1"] != 6 {
 			t.Errorf("new connections reached a drained real server: %v", per)
 		}
+	})
+
+	t.Run("a removed real server drains while its connection lives, returns without a re-add, goes when it ends", func(t *testing.T) {
+		// A service of its own: no earlier connection (TIME_WAIT lasts two
+		// minutes in IPVS) keeps its real servers busy.
+		drain := netip.AddrPortFrom(topo.VIP(6), 80)
+		rsAddr := map[string]string{"rs1": tp.RealServers[0].Addr(tp.Backend).String(), "rs2": tp.RealServers[1].Addr(tp.Backend).String()}
+		service := func(reals ...string) string {
+			var rs []string
+			for _, r := range reals {
+				rs = append(rs, fmt.Sprintf("{ address = %q }", rsAddr[r]))
+			}
+			return fmt.Sprintf("\n[[service]]\nname = \"drain\"\nvips = [%q]\nport = 80\nscheduler = \"rr\"\nhealth_check = { type = \"none\" }\nreal_server = [%s]\n",
+				drain.Addr(), strings.Join(rs, ", "))
+		}
+		dest := func(r string, w int) string { return fmt.Sprintf("-a -t %s -r %s:80 -m -w %d", drain, rsAddr[r], w) }
+		l.writeConfig(t, edited+service("rs1", "rs2"))
+		waitRules(t, dir, "the drain service", dest("rs1", 1), dest("rs2", 1))
+		waitServes(t, client, topo.HTTP, drain)
+
+		h := client.Hold(t, drain)
+		other := map[string]string{"rs1": "rs2", "rs2": "rs1"}[h.Server]
+		t.Logf("the held connection is served by %s", h.Server)
+		l.writeConfig(t, edited+service(other))
+		waitRules(t, dir, "the held real server at weight 0", dest(h.Server, 0), dest(other, 1))
+		// Several full reconciles (sync_period 2s) pass: its connection keeps it.
+		time.Sleep(6 * time.Second)
+		if got := ipvsadmSave(t, dir); !slices.Contains(got, dest(h.Server, 0)) {
+			t.Fatalf("a draining real server with a live connection was deleted:\n%s", strings.Join(got, "\n"))
+		}
+		if a := h.Ask(t); a.Server != h.Server {
+			t.Errorf("the held connection was answered by %q (%s), want %s", a.Server, a.Err, h.Server)
+		}
+		if per := probeOK(t, client, topo.HTTP, drain, 4).ByServer(); per[h.Server] != 0 {
+			t.Errorf("new connections reached the draining real server: %v", per)
+		}
+
+		l.writeConfig(t, edited+service("rs1", "rs2"))
+		waitRules(t, dir, "the weight restored", dest(h.Server, 1))
+		if a := h.Ask(t); a.Server != h.Server {
+			t.Errorf("after the return the held connection was answered by %q (%s), want %s", a.Server, a.Err, h.Server)
+		}
+
+		l.writeConfig(t, edited+service(other))
+		waitRules(t, dir, "drained again", dest(h.Server, 0))
+		h.Reset() // IPVS forgets a reset connection within 10 s
+		waitRules(t, dir, "the drained real server deleted once its connection ended", "!"+fmt.Sprintf("-t %s -r %s:80", drain, rsAddr[h.Server]), dest(other, 1))
+
+		l.writeConfig(t, edited)
+		waitRules(t, dir, "the drain service gone", "!-t "+drain.String())
 	})
 
 	t.Run("ipvsadm -C and a deleted VIP are repaired", func(t *testing.T) {

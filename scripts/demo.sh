@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Shows lbd doing its main job on the built-in demo (examples/demo/).
+# Shows lbd doing its main job on the built-in demo (e2e/demo.toml).
 #
 # lbd needs a kernel with IPVS. On a host that has it (as root) the demo runs
 # here; elsewhere e2e/run.sh boots a Debian kernel under QEMU and runs the

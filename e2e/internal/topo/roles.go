@@ -47,6 +47,8 @@ func RunRoleIfAny() {
 		err = runSysctl(os.Args[1:])
 	case roleHTTP:
 		err = runHTTP(os.Args[1:])
+	case roleHold:
+		err = runHold(os.Args[1:])
 	default:
 		err = fmt.Errorf("unknown role %q", role)
 	}
