@@ -18,8 +18,10 @@ import (
 // server whose process dies is drained and gets no new connection, comes
 // back after rise passing checks once restarted; below quorum the sorry
 // server serves; with no healthy real server and no sorry server new
-// connections are refused at once; and a restart of lbd while every real
-// server is healthy changes no weight, even with initial_state unhealthy.
+// connections are refused at once; a restart of lbd keeps a real server a
+// failing check held at weight 0 there, even with initial_state healthy;
+// and a restart while every real server is healthy changes no weight, even
+// with initial_state unhealthy.
 func TestHealthChecks(t *testing.T) {
 	topo.RequireIPVS(t)
 	tp := topo.New(t, topo.Options{RealServers: 3})
@@ -63,13 +65,23 @@ port = 80
 snat = "never"
 %[5]s
 real_server = [{ address = "%[6]s" }]
+
+[[service]]
+name = "optimist"
+vips = ["%[4]s"]
+port = 80
+scheduler = "rr"
+snat = "never"
+health_check = { type = "http", path = "/healthz", interval = "500ms", timeout = "300ms", rise = 2, fall = 2 }
+real_server = [{ address = "%[6]s" }, { address = "%[7]s" }]
 `, topo.VIP(1), topo.VIP(2), topo.VIP(3), topo.VIP(4), check, rs(0), rs(1), rs(2)))
 	web, quorum, alone := netip.AddrPortFrom(topo.VIP(1), 80), netip.AddrPortFrom(topo.VIP(2), 80), netip.AddrPortFrom(topo.VIP(3), 80)
+	optimist := netip.AddrPortFrom(topo.VIP(4), 80) // initial_state healthy
 	weight := func(vs netip.AddrPort, real string, w int) string {
 		return fmt.Sprintf("-a -t %s -r %s:80 -m -w %d", vs, real, w)
 	}
 	// initial_state unhealthy: weight 0 until rise=2 checks pass.
-	waitRules(t, dir, "every real server up after its first checks", weight(web, rs(0), 1), weight(web, rs(1), 1), weight(quorum, rs(0), 1), weight(alone, rs(0), 1))
+	waitRules(t, dir, "every real server up after its first checks", weight(web, rs(0), 1), weight(web, rs(1), 1), weight(quorum, rs(0), 1), weight(alone, rs(0), 1), weight(optimist, rs(0), 1))
 	waitServes(t, client, topo.HTTP, web)
 
 	t.Run("a dead real server is drained and gets no new connection", func(t *testing.T) {
@@ -110,9 +122,28 @@ real_server = [{ address = "%[6]s" }]
 		}
 	})
 
+	t.Run("restarting lbd keeps a real server its failing check held at weight 0", func(t *testing.T) {
+		waitRules(t, dir, "optimist's rs1 drained", weight(optimist, rs(0), 0), weight(optimist, rs(1), 1))
+		before := ipvsadmSave(t, dir)
+		if err := l.proc.Signal(syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		l.start()
+		// Its check starts unhealthy although initial_state is healthy:
+		// the kernel held it at 0, so no sync may hand it traffic while
+		// the checks warm up.
+		deadline := time.Now().Add(3 * time.Second)
+		for time.Now().Before(deadline) {
+			if after := ipvsadmSave(t, dir); !slices.Equal(before, after) {
+				t.Fatalf("IPVS changed after the restart:\nbefore %v\nafter  %v", before, after)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	})
+
 	t.Run("a restarted real server comes back after rise", func(t *testing.T) {
 		backends[0] = tp.RealServers[0].StartBackend(parent, topo.BackendConfig{HTTPPort: topo.BackendHTTPPort})
-		waitRules(t, dir, "rs1 back", weight(web, rs(0), 1), weight(quorum, rs(0), 1), weight(alone, rs(0), 1))
+		waitRules(t, dir, "rs1 back", weight(web, rs(0), 1), weight(quorum, rs(0), 1), weight(alone, rs(0), 1), weight(optimist, rs(0), 1))
 		waitRules(t, dir, "the sorry server gone", weight(quorum, rs(1), 1))
 		if s := strings.Join(ipvsadmSave(t, dir), "\n"); strings.Contains(s, rs(2)+":80 -m -w 1") {
 			t.Errorf("the sorry server still takes connections:\n%s", s)

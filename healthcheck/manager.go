@@ -143,15 +143,48 @@ func definition(hc config.HealthCheck) string {
 	return string(b)
 }
 
+// SeedState is what the kernel held for a real server when lbd started.
+// The order matters: a check shared by several real servers takes the
+// highest state among them.
+type SeedState uint8
+
+const (
+	// SeedNone: the kernel does not hold it; its check starts in its
+	// initial state.
+	SeedNone SeedState = iota
+	// SeedHeld: held at weight 0 only, as a failing check leaves it; its
+	// check starts unhealthy, so that a restart does not send traffic to
+	// it before rise successes. A real server configured with weight 0,
+	// or draining, is at weight 0 too and starts unhealthy as well: it
+	// needs rise successes to count as healthy, but gets no traffic
+	// either way.
+	SeedHeld
+	// SeedServed: some virtual server sends it traffic (weight > 0); its
+	// check starts healthy, so that a restart does not zero its weight
+	// while checks warm up.
+	SeedServed
+)
+
+// Seed says, per real server address, what the kernel held for it when
+// lbd started: the state its checks had before a restart, as far as the
+// kernel shows it. Addresses absent are SeedNone.
+type Seed map[netip.AddrPort]SeedState
+
 // Set replaces the probes. Checks that stay (same target and definition)
-// keep their state and schedule; new ones start in their initial state,
-// or healthy when seed says the kernel already serves the real server
-// with a weight (a restart must not zero weights while checks warm up).
-func (m *Manager) Set(probes []Probe, seed map[netip.AddrPort]bool) {
+// keep their state and schedule; new ones start as seed says (see
+// SeedState), else in their initial state.
+func (m *Manager) Set(probes []Probe, seed Seed) {
 	m.mu.Lock()
 	want := map[checkID]*check{}
 	defs := map[string]string{} // one copy of each definition
 	now := time.Now()
+	// seeded holds the new checks' seed, the highest of their real
+	// servers': only with a seed (the first Set after a start), since
+	// reloads start few checks and need none.
+	var seeded map[*check]SeedState
+	if len(seed) > 0 {
+		seeded = map[*check]SeedState{}
+	}
 	for _, p := range probes {
 		if p.Check.Type == config.CheckNone {
 			continue
@@ -170,12 +203,26 @@ func (m *Manager) Set(probes []Probe, seed map[netip.AddrPort]bool) {
 		c := want[id]
 		if c == nil {
 			if c = m.checks[id]; c == nil {
-				c = &check{id: id, hc: p.Check, healthy: p.Check.InitialHealthy || seed[p.Addr], since: now}
+				c = &check{id: id, hc: p.Check, healthy: p.Check.InitialHealthy, since: now}
+				if seeded != nil {
+					seeded[c] = SeedNone
+				}
 			}
 			c.keys = nil
 			want[id] = c
 		}
 		c.keys = append(c.keys, Key{p.Service, p.Addr})
+		if s, ok := seeded[c]; ok && seed[p.Addr] > s {
+			seeded[c] = seed[p.Addr]
+		}
+	}
+	for c, s := range seeded {
+		switch s {
+		case SeedServed:
+			c.healthy = true
+		case SeedHeld:
+			c.healthy = false
+		}
 	}
 	for _, c := range want {
 		if len(c.keys) > 1 {

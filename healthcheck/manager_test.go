@@ -152,7 +152,7 @@ func TestReloadKeepsStateAndSeedWins(t *testing.T) {
 		time.Sleep(3 * time.Second)
 		synctest.Wait()
 		// A reload with the same check: still down, no fresh start.
-		h.m.Set([]Probe{{"web", rs1, tcpCheck(true)}, {"web", rs2, tcpCheck(false)}}, map[netip.AddrPort]bool{rs2: true})
+		h.m.Set([]Probe{{"web", rs1, tcpCheck(true)}, {"web", rs2, tcpCheck(false)}}, Seed{rs2: SeedServed})
 		synctest.Wait()
 		got := h.last()
 		if got[Key{"web", rs1}] {
@@ -170,6 +170,80 @@ func TestReloadKeepsStateAndSeedWins(t *testing.T) {
 			t.Errorf("a new check definition kept the old state")
 		}
 	})
+}
+
+func TestSetSeed(t *testing.T) {
+	// rs1 and rs3 share one check: the same target (port 8080), the same
+	// definition.
+	rs3 := netip.MustParseAddrPort("10.0.0.1:443")
+	shared := func(initialHealthy bool) config.HealthCheck {
+		c := tcpCheck(initialHealthy)
+		c.Port = 8080
+		return c
+	}
+	tests := []struct {
+		name   string
+		before []Probe // Set first without a seed: checks already running
+		probes []Probe
+		seed   Seed
+		want   map[Key]bool
+	}{
+		{
+			name:   "no seed: initial state",
+			probes: []Probe{{"web", rs1, tcpCheck(true)}, {"web", rs2, tcpCheck(false)}},
+			want:   map[Key]bool{{"web", rs1}: true, {"web", rs2}: false},
+		},
+		{
+			name:   "absent from the seed: initial state",
+			probes: []Probe{{"web", rs1, tcpCheck(true)}, {"web", rs2, tcpCheck(false)}},
+			seed:   Seed{netip.MustParseAddrPort("10.0.0.9:80"): SeedHeld},
+			want:   map[Key]bool{{"web", rs1}: true, {"web", rs2}: false},
+		},
+		{
+			name:   "served starts healthy despite initial_state unhealthy",
+			probes: []Probe{{"web", rs1, tcpCheck(false)}},
+			seed:   Seed{rs1: SeedServed},
+			want:   map[Key]bool{{"web", rs1}: true},
+		},
+		{
+			name:   "held at 0 starts unhealthy despite initial_state healthy",
+			probes: []Probe{{"web", rs1, tcpCheck(true)}},
+			seed:   Seed{rs1: SeedHeld},
+			want:   map[Key]bool{{"web", rs1}: false},
+		},
+		{
+			name:   "a shared check served for one real server starts healthy",
+			probes: []Probe{{"web", rs1, shared(false)}, {"tls", rs3, shared(false)}},
+			seed:   Seed{rs1: SeedHeld, rs3: SeedServed},
+			want:   map[Key]bool{{"web", rs1}: true, {"tls", rs3}: true},
+		},
+		{
+			name:   "a shared check held for one real server and unknown for the other starts unhealthy",
+			probes: []Probe{{"web", rs1, shared(true)}, {"tls", rs3, shared(true)}},
+			seed:   Seed{rs3: SeedHeld},
+			want:   map[Key]bool{{"web", rs1}: false, {"tls", rs3}: false},
+		},
+		{
+			name:   "a running check keeps its state whatever the seed",
+			before: []Probe{{"web", rs1, tcpCheck(true)}, {"web", rs2, tcpCheck(false)}},
+			probes: []Probe{{"web", rs1, tcpCheck(true)}, {"web", rs2, tcpCheck(false)}},
+			seed:   Seed{rs1: SeedHeld, rs2: SeedServed},
+			want:   map[Key]bool{{"web", rs1}: true, {"web", rs2}: false},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			// Without Run, Set starts no check: states are as seeded.
+			m := New(Options{})
+			if tt.before != nil {
+				m.Set(tt.before, nil)
+			}
+			m.Set(tt.probes, tt.seed)
+			if got := m.Health(); !maps.Equal(got, tt.want) {
+				t.Errorf("health %v, want %v", got, tt.want)
+			}
+		})
+	}
 }
 
 func TestScheduleDoesNotSlip(t *testing.T) {

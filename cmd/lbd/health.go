@@ -1,7 +1,7 @@
 package main
 
 import (
-	"net/netip"
+	"fmt"
 
 	"github.com/lbdproject/lbd/config"
 	"github.com/lbdproject/lbd/dataplane/desired"
@@ -45,23 +45,55 @@ func healthInput(h map[healthcheck.Key]bool) map[desired.HealthKey]bool {
 	return out
 }
 
-// kernelServed returns the real servers the kernel already sends traffic
-// to (weight > 0): they start healthy, so a restart never zeroes weights
-// while checks warm up.
-func kernelServed(k ipvs.Kernel) map[netip.AddrPort]bool {
+// readSeed reads what the IPVS services lbd owns hold for each real
+// server, to seed the checks of a freshly started lbd (see kernelSeed).
+func readSeed(k ipvs.Kernel, l ipvs.Ledger) (healthcheck.Seed, error) {
+	owned, err := l.Owned()
+	if err != nil {
+		return nil, fmt.Errorf("reading owned IPVS services: %w", err)
+	}
 	dump, err := k.Dump()
 	if err != nil {
-		return nil
+		return nil, fmt.Errorf("dumping IPVS: %w", err)
 	}
-	out := map[netip.AddrPort]bool{}
+	return kernelSeed(dump, owned), nil
+}
+
+// kernelSeed carries health across a restart as the kernel shows it: a
+// real server some owned virtual server gives a weight is served (its
+// check starts healthy, so a restart zeroes no weight while checks warm
+// up); one present only at weight 0 is held there (its check starts
+// unhealthy, so a restart does not send traffic to a real server a failing
+// check held out). Only owned virtual servers count: others' weights say
+// nothing of lbd's checks. A real server configured with weight 0, or
+// draining, is at weight 0 too and so starts unhealthy: it then needs rise
+// successes to count as healthy, which is acceptable as it gets no traffic
+// either way. Never nil, so that the caller can tell a seed was read.
+func kernelSeed(dump []ipvs.Service, owned map[desired.Key]bool) healthcheck.Seed {
+	out := healthcheck.Seed{}
 	for _, s := range dump {
+		if !owned[s.Key] {
+			continue
+		}
 		for _, d := range s.Dests {
-			if d.Weight > 0 {
-				out[d.Addr] = true
+			switch {
+			case d.Weight > 0:
+				out[d.Addr] = healthcheck.SeedServed
+			case out[d.Addr] == healthcheck.SeedNone:
+				out[d.Addr] = healthcheck.SeedHeld
 			}
 		}
 	}
 	return out
+}
+
+// firstHealth is the health the first sync of a freshly (re)started lbd
+// uses: every check new, seeded from the kernel, none run yet.
+func firstHealth(cfg *config.Config, found merge.Result, seed healthcheck.Seed) map[desired.HealthKey]bool {
+	// A Manager that is not running runs no check: Set only sets states.
+	m := healthcheck.New(healthcheck.Options{})
+	m.Set(probes(cfg, found), seed)
+	return healthInput(m.Health())
 }
 
 // conns indexes the kernel's connection counts for status.

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/netip"
 	"os"
 	"os/signal"
 	"slices"
@@ -158,10 +157,10 @@ type daemon struct {
 	consul *consul.Watcher
 	reg    *registrar.Registrar
 
-	cfg      *config.Config          // the latest configuration
-	snap     consul.Snapshot         // Consul's latest snapshot
-	waiting  bool                    // logged that the first sync waits for Consul
-	seed     map[netip.AddrPort]bool // what the kernel served at start, for the first health.Set
+	cfg      *config.Config   // the latest configuration
+	snap     consul.Snapshot  // Consul's latest snapshot
+	waiting  bool             // logged that the first sync waits for Consul
+	seed     healthcheck.Seed // what lbd's virtual servers held at start, for the first health.Set
 	problems atomic.Pointer[[]merge.Problem]
 	regs     atomic.Pointer[map[string]config.ConsulRegister] // by lbd service name
 }
@@ -187,9 +186,13 @@ func (d *daemon) start(ctx context.Context, cfg *config.Config) {
 		},
 		OnResult: d.m.ObserveCheck,
 	})
-	// Health is known before the first sync: seeded from what the kernel
-	// serves (by apply), so a restart changes no weight.
-	d.seed = kernelServed(d.k.ipvs)
+	// Health is known before the first sync: seeded (by apply) from what
+	// lbd's virtual servers hold, so a restart changes no weight.
+	seed, err := readSeed(d.k.ipvs, d.k.ledger)
+	if err != nil {
+		d.log.Warn("cannot seed health checks from the kernel; they start in their initial state", "error", err)
+	}
+	d.seed = seed
 	d.wg.Go(func() { d.health.Run(ctx) })
 	// The box's addresses are known before the first sync, so it does not
 	// remove NodePort-like services to re-add them.
@@ -341,6 +344,12 @@ func ensureSysctls(log *slog.Logger, cfg *config.Config) {
 	ipv6 := false
 	for i := range cfg.Services {
 		ipv6 = ipv6 || cfg.Services[i].Family() == 6
+	}
+	// Consul may define IPv6 services from an IPv6 pool at any time.
+	if cfg.Consul.Enabled && cfg.Consul.VirtualServices.Tag != "" {
+		for _, p := range cfg.Consul.VirtualServices.VIPPools {
+			ipv6 = ipv6 || p.Addr().Is6()
+		}
 	}
 	if ipv6 {
 		if err := sysctl.KeepRouterAdvertisements("/proc/sys", log); err != nil {
