@@ -68,8 +68,30 @@ type DryRunAddrs struct {
 
 var _ addrs.Kernel = (*DryRunAddrs)(nil)
 
-// EnsureLink records the creation the real sync would do, without doing it.
-func (d *DryRunAddrs) EnsureLink(string) error { return nil }
+// LinkChecker tells whether a link exists without creating it: addrs.Kernel
+// can only ensure one. A kernel DryRunAddrs wraps should implement it.
+type LinkChecker interface {
+	// LinkExists reports whether the link is there; an error when it is
+	// but a sync could not use it.
+	LinkExists(name string) (bool, error)
+}
+
+// EnsureLink records the creation the real sync would do, without doing
+// it. A kernel that cannot tell (no LinkChecker) is taken to have the link.
+func (d *DryRunAddrs) EnsureLink(name string) error {
+	lc, ok := d.Kernel.(LinkChecker)
+	if !ok {
+		return nil
+	}
+	exists, err := lc.LinkExists(name)
+	if err != nil {
+		return err
+	}
+	if !exists {
+		d.Ops = append(d.Ops, fmt.Sprintf("+ ip link add %s type dummy", name))
+	}
+	return nil
+}
 
 func (d *DryRunAddrs) Dump(link string) ([]netip.Addr, map[netip.Addr]string, error) {
 	return d.Kernel.Dump(link)
@@ -140,7 +162,8 @@ func (d *DryRunFilter) Restore(input string) error {
 }
 
 // DiffKernels are the kernel subsystems Diff reads; Sets and Filters may
-// be nil.
+// be nil. Addrs should be a LinkChecker too, else the diff takes the dummy
+// link to exist.
 type DiffKernels struct {
 	IPVS    ipvs.Kernel
 	Ledger  ipvs.Ledger

@@ -1,11 +1,14 @@
 package dataplane_test
 
 import (
+	"errors"
 	"net/netip"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/lbdproject/lbd/dataplane"
+	"github.com/lbdproject/lbd/dataplane/addrs"
 	"github.com/lbdproject/lbd/dataplane/addrs/fakeaddrs"
 	"github.com/lbdproject/lbd/dataplane/desired"
 	"github.com/lbdproject/lbd/dataplane/ipvs"
@@ -60,5 +63,87 @@ scheduler = "rr"
 	}
 	if kv.String() != before {
 		t.Errorf("a dry run wrote to the kernel")
+	}
+}
+
+// linkFake is the fake address table with the link lookup a dry run asks
+// for; err, when set, is what the lookup answers.
+type linkFake struct {
+	*fakeaddrs.Kernel
+	err error
+}
+
+func (k linkFake) LinkExists(name string) (bool, error) {
+	_, ok := k.Links[name]
+	return ok, k.err
+}
+
+func TestDiffCreatesTheDummyLink(t *testing.T) {
+	cfg := parse(t, `
+[[service]]
+name = "web"
+vips = ["192.0.2.10"]
+port = 80
+`)
+	vip := netip.MustParseAddr("192.0.2.10")
+	tests := []struct {
+		name    string
+		addrs   func() addrs.Kernel
+		want    []string
+		wantErr string
+	}{
+		{
+			name:  "missing link",
+			addrs: func() addrs.Kernel { return linkFake{Kernel: &fakeaddrs.Kernel{}} },
+			want:  []string{"+ ip link add lbd0 type dummy", "+ ip addr add 192.0.2.10/32 dev lbd0"},
+		},
+		{
+			name: "link there",
+			addrs: func() addrs.Kernel {
+				return linkFake{Kernel: &fakeaddrs.Kernel{Links: map[string]map[netip.Addr]bool{"lbd0": {vip: true}}}}
+			},
+		},
+		{
+			name: "link of another type",
+			addrs: func() addrs.Kernel {
+				return linkFake{Kernel: &fakeaddrs.Kernel{Links: map[string]map[netip.Addr]bool{"lbd0": {}}}, err: errors.New("lbd0 exists and is a veth link, not dummy")}
+			},
+			wantErr: "dummy interface lbd0: lbd0 exists and is a veth link",
+		},
+		{
+			// A kernel that cannot tell is taken to have the link.
+			name:  "no link lookup",
+			addrs: func() addrs.Kernel { return &fakeaddrs.Kernel{} },
+			want:  []string{"+ ip addr add 192.0.2.10/32 dev lbd0"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ka := tt.addrs()
+			ops, err := dataplane.Diff(cfg, desired.Compute(desired.Input{Config: cfg}), dataplane.DiffKernels{IPVS: &fakeipvs.Kernel{}, Ledger: &fakeipvs.Ledger{}, Addrs: ka})
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("error %v, want one containing %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			var addrOps []string
+			for _, op := range ops {
+				if strings.HasPrefix(op, "+ ip ") || strings.HasPrefix(op, "- ip ") {
+					addrOps = append(addrOps, op)
+				}
+			}
+			if !slices.Equal(addrOps, tt.want) {
+				t.Errorf("address changes %q, want %q", addrOps, tt.want)
+			}
+			if f, ok := ka.(linkFake); ok {
+				if _, writes := f.Counts(); writes != 0 {
+					t.Errorf("a dry run wrote %d times to the address table", writes)
+				}
+			}
+		})
 	}
 }

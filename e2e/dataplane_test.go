@@ -379,5 +379,10 @@ real_server = [{ address = "%s" }]`, tp.RealServers[0].Addr(tp.Backend)), 1))
 		if _, err := dir.Exec("ip", "link", "show", topo.VIPLink); err == nil {
 			t.Errorf("%s still exists after cleanup", topo.VIPLink)
 		}
+		// A sync would now create the link again: the diff says so.
+		out = dir.MustExec(t, l.bin, "plan", "--diff", "--state-dir", l.stateDir, l.cfgPath)
+		if want := "+ ip link add " + topo.VIPLink + " type dummy"; !strings.Contains(out, want) {
+			t.Errorf("plan --diff after cleanup lacks %q:\n%s", want, out)
+		}
 	})
 }

@@ -1,10 +1,14 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
+	"log/slog"
+	"net/netip"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -13,7 +17,14 @@ import (
 	"github.com/lbdproject/lbd/dataplane/desired"
 	"github.com/lbdproject/lbd/dataplane/hostaddrs"
 	"github.com/lbdproject/lbd/dataplane/iptables"
+	"github.com/lbdproject/lbd/discovery/consul"
+	"github.com/lbdproject/lbd/discovery/merge"
+	"github.com/lbdproject/lbd/healthcheck"
 )
+
+// consulWait bounds how long plan --diff waits for Consul's first complete
+// answer.
+const consulWait = 10 * time.Second
 
 func newPlanCommand() *cobra.Command {
 	var diff bool
@@ -28,8 +39,13 @@ dummy interface. Real servers are shown with their check's initial state,
 since plan runs no health checks.
 
 With --diff (root, on the box lbd runs on) it reads the kernel instead and
-prints what a full sync would write: + adds, ~ changes, - deletes, in
-ipvsadm and ip syntax. It writes nothing.`,
+prints what the first full sync of a freshly (re)started lbd would write:
++ adds, ~ changes, - deletes, in ipvsadm and ip syntax. Health is seeded
+from the kernel as on a restart (a real server lbd's virtual servers give
+a weight starts healthy, one they hold at weight 0 unhealthy, others in
+their initial state), and with [consul] enabled Consul is read once: if it
+does not answer within ` + consulWait.String() + ` the diff fails rather than show Consul's
+real servers and services as removals. It writes nothing.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
 			cfg, err := loadArg(args)
@@ -39,24 +55,39 @@ ipvsadm and ip syntax. It writes nothing.`,
 			// The box's own addresses decide where NodePort-like services
 			// are served; reading them touches nothing.
 			host, _ := hostaddrs.List(cfg.Dataplane.Interface)
-			st := desired.Compute(desired.Input{Config: cfg, HostAddrs: host})
 			if !diff {
-				return writePlan(c.OutOrStdout(), cfg, st)
+				return writePlan(c.OutOrStdout(), cfg, desired.Compute(desired.Input{Config: cfg, HostAddrs: host}))
 			}
-			return writeDiff(c.OutOrStdout(), cfg, st, stateDir)
+			log := slog.New(slog.NewTextHandler(c.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+			return runDiff(c.Context(), log, c.OutOrStdout(), cfg, host, stateDir)
 		},
 	}
-	c.Flags().BoolVar(&diff, "diff", false, "print what a sync would change in the kernel (needs root and IPVS)")
+	c.Flags().BoolVar(&diff, "diff", false, "print what the first full sync of a (re)started lbd would change in the kernel (needs root and IPVS)")
 	c.Flags().StringVar(&stateDir, "state-dir", defaultStateDir, "lbd's runtime state directory (which IPVS services it owns)")
 	return c
 }
 
-func writeDiff(w io.Writer, cfg *config.Config, st desired.State, stateDir string) error {
+// runDiff prints what a freshly (re)started lbd's first full sync would
+// change: with the health and the Consul answer that sync would see.
+func runDiff(ctx context.Context, log *slog.Logger, w io.Writer, cfg *config.Config, host []netip.Addr, stateDir string) error {
+	// The kernel first: without root there is no point in waiting for
+	// Consul.
 	k, err := openKernel(stateDir)
 	if err != nil {
 		return err
 	}
 	defer k.Close()
+	seed, err := readSeed(k.ipvs, k.ledger)
+	if err != nil {
+		return fmt.Errorf("seeding health from the kernel: %w", err)
+	}
+	var snap consul.Snapshot
+	if cfg.Consul.Enabled {
+		if snap, err = readConsul(ctx, log, cfg, consulWait); err != nil {
+			return err
+		}
+	}
+	st := diffState(log, cfg, host, snap, seed)
 	filters := map[int]iptables.Runner{}
 	for fam, r := range k.filters {
 		filters[fam] = r
@@ -65,11 +96,69 @@ func writeDiff(w io.Writer, cfg *config.Config, st desired.State, stateDir strin
 	if err != nil {
 		return err
 	}
-	if len(ops) == 0 {
-		fmt.Fprintln(w, "# the kernel already holds this configuration")
-		return nil
+	return writeDiff(w, ops)
+}
+
+// diffState is the desired state of the first sync after a (re)start: the
+// configuration merged with Consul's snapshot as apply merges them, and
+// every check new, seeded from the kernel.
+func diffState(log *slog.Logger, cfg *config.Config, host []netip.Addr, snap consul.Snapshot, seed healthcheck.Seed) desired.State {
+	res := merge.Merge(cfg, snap)
+	for _, p := range res.Problems {
+		log.Warn("consul registration refused", "subject", p.Subject, "problem", p.Msg)
 	}
-	fmt.Fprintf(w, "# a sync would make these changes (real servers leaving are drained at weight 0 first)\n")
+	return desired.Compute(desired.Input{
+		Config: cfg, Discovered: res.Reals, DiscoveredServices: res.Services,
+		Health: firstHealth(cfg, res, seed), HostAddrs: host,
+	})
+}
+
+// readConsul follows Consul until it has answered every query of cfg once,
+// as the daemon waits for before its first sync, or until wait has passed.
+func readConsul(ctx context.Context, log *slog.Logger, cfg *config.Config, wait time.Duration) (consul.Snapshot, error) {
+	client, err := consul.NewClient(cfg.Consul)
+	if err != nil {
+		return consul.Snapshot{}, fmt.Errorf("consul: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	w := consul.New(consul.Options{Client: client, Logger: log.With("source", "consul"), VirtualServiceTag: cfg.Consul.VirtualServices.Tag})
+	w.SetQueries(merge.Queries(cfg))
+	runErr := make(chan error, 1)
+	go func() { runErr <- w.Run(ctx) }()
+	var last consul.Snapshot
+	// Updates closes when Run returns: at the deadline, or at once if it
+	// cannot run.
+	for snap := range w.Updates() {
+		if snap.Synced {
+			cancel()
+			<-runErr
+			if snap.Err != "" {
+				log.Warn("consul answered with problems; the diff shows what lbd would see", "problems", snap.Err)
+			}
+			return snap, nil
+		}
+		last = snap
+	}
+	if err := <-runErr; err != nil {
+		return consul.Snapshot{}, fmt.Errorf("consul: %w", err)
+	}
+	why := last.Err
+	if why == "" {
+		why = w.Status().LastError
+	}
+	if why == "" {
+		why = "no complete answer yet"
+	}
+	return consul.Snapshot{}, fmt.Errorf("consul at %s did not answer within %v (%s); without its answer the diff would show every real server and service it provides as a removal", cfg.Consul.Address, wait, why)
+}
+
+func writeDiff(w io.Writer, ops []string) error {
+	if len(ops) == 0 {
+		_, err := fmt.Fprintln(w, "# the kernel already holds this configuration")
+		return err
+	}
+	fmt.Fprintf(w, "# the first full sync of a (re)started lbd would make these changes (real servers leaving are drained at weight 0 first)\n")
 	for _, op := range ops {
 		fmt.Fprintln(w, op)
 	}

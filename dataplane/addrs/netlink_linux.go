@@ -34,6 +34,23 @@ func OpenKernel() (*NetlinkKernel, error) {
 // Close releases the socket.
 func (k *NetlinkKernel) Close() { k.h.Close() }
 
+// LinkExists reports whether the dummy link name exists, without creating
+// it (lbd plan --diff); a link of another type is the error EnsureLink
+// would return.
+func (k *NetlinkKernel) LinkExists(name string) (bool, error) {
+	l, err := k.h.LinkByName(name)
+	var notFound netlink.LinkNotFoundError
+	switch {
+	case errors.As(err, &notFound):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("looking up link %s: %w", name, err)
+	case l.Type() != "dummy":
+		return true, fmt.Errorf("%s exists and is a %s link, not dummy: choose another [dataplane] interface", name, l.Type())
+	}
+	return true, nil
+}
+
 func (k *NetlinkKernel) EnsureLink(name string) error {
 	l, err := k.h.LinkByName(name)
 	var notFound netlink.LinkNotFoundError
