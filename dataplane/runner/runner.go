@@ -4,9 +4,10 @@
 // MaxInterval, and a failed sync is retried with exponential backoff.
 //
 // Unlike kube-proxy's, the sync function returns its error, so retries
-// actually happen, and it is told why it runs: periodic syncs and retries
-// are full reconciles against a kernel dump, requested ones may apply a
-// diff against what was last written.
+// actually happen, and it is told why it runs: the first sync, periodic
+// syncs and retries are full reconciles against a kernel dump, requested
+// ones may apply a diff against what was last written. Only full syncs
+// restart the period, so requests never put off drift repair.
 package runner
 
 import (
@@ -27,6 +28,9 @@ const (
 	Periodic
 	// Retry: the previous sync failed.
 	Retry
+	// Initial: the first sync; nothing has been cached yet, so it
+	// reconciles against the kernel like a periodic one.
+	Initial
 )
 
 func (r Reason) String() string {
@@ -37,6 +41,8 @@ func (r Reason) String() string {
 		return "periodic"
 	case Retry:
 		return "retry"
+	case Initial:
+		return "initial"
 	}
 	return "unknown"
 }
@@ -120,6 +126,7 @@ func (r *Runner) Loop(ctx context.Context) {
 	retry.Stop()
 	defer retry.Stop()
 	backoff := time.Duration(0)
+	first := true
 
 	for {
 		var why Reason
@@ -143,6 +150,9 @@ func (r *Runner) Loop(ctx context.Context) {
 		}
 		if backoff > 0 && why == Requested {
 			why = Retry // after a failure, trust no cache
+		}
+		if first {
+			why, first = Initial, false
 		}
 
 		err := r.fn(ctx, why)

@@ -44,29 +44,29 @@ func TestRunner(t *testing.T) {
 		{"nothing before the first request or period",
 			nil, []step{{0, 9 * time.Second}}, nil},
 		{"requests coalesce into one sync",
-			nil, []step{{10, 500 * time.Millisecond}}, []string{"requested@0s"}},
+			nil, []step{{10, 500 * time.Millisecond}}, []string{"initial@0s"}},
 		{"burst, then at most one per MinInterval",
 			nil, []step{{1, 0}, {1, 0}, {1, 0}, {0, 1500 * time.Millisecond}, {1, 0}, {0, 2 * time.Second}},
-			[]string{"requested@0s", "requested@0s", "requested@1s", "requested@2s"}},
+			[]string{"initial@0s", "requested@0s", "requested@1s", "requested@2s"}},
 		{"requests during the rate-limit wait are covered by the sync that follows it",
 			nil, []step{{1, 0}, {1, 0}, {1, 100 * time.Millisecond}, {5, 3 * time.Second}},
-			[]string{"requested@0s", "requested@0s", "requested@1s"}},
-		{"periodic full syncs when nothing is requested",
-			nil, []step{{0, 25 * time.Second}}, []string{"periodic@10s", "periodic@20s"}},
+			[]string{"initial@0s", "requested@0s", "requested@1s"}},
+		{"periodic full syncs when nothing is requested (the first is the initial one)",
+			nil, []step{{0, 25 * time.Second}}, []string{"initial@10s", "periodic@20s"}},
 		{"a request does not postpone the periodic full sync",
-			nil, []step{{0, 5 * time.Second}, {1, 12 * time.Second}}, []string{"requested@5s", "periodic@10s"}},
+			nil, []step{{1, 0}, {0, 5 * time.Second}, {1, 12 * time.Second}}, []string{"initial@0s", "requested@5s", "periodic@10s"}},
 		{"a steady stream of requests still gets a full sync every MaxInterval",
 			nil, slices.Repeat([]step{{1, 3 * time.Second}}, 8),
-			[]string{"requested@0s", "requested@3s", "requested@6s", "requested@9s", "periodic@10s",
+			[]string{"initial@0s", "requested@3s", "requested@6s", "requested@9s", "periodic@10s",
 				"requested@12s", "requested@15s", "requested@18s", "periodic@20s", "requested@21s"}},
 		{"a full sync restarts the period",
-			[]int{0}, []step{{1, 15 * time.Second}}, []string{"requested@0s", "retry@1s", "periodic@11s"}},
+			[]int{0}, []step{{1, 15 * time.Second}}, []string{"initial@0s", "retry@1s", "periodic@11s"}},
 		{"failures retry with doubling backoff up to RetryMax, then reset",
 			[]int{0, 1, 2, 3}, []step{{1, 20 * time.Second}, {1, 0}},
-			[]string{"requested@0s", "retry@1s", "retry@3s", "retry@7s", "retry@11s", "requested@20s"}},
+			[]string{"initial@0s", "retry@1s", "retry@3s", "retry@7s", "retry@11s", "requested@20s"}},
 		{"a request after a failure is a full sync",
 			[]int{0}, []step{{1, 500 * time.Millisecond}, {1, 5 * time.Second}},
-			[]string{"requested@0s", "retry@500ms"}},
+			[]string{"initial@0s", "retry@500ms"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -98,7 +98,7 @@ func TestReasonFull(t *testing.T) {
 	for _, tt := range []struct {
 		r    Reason
 		full bool
-	}{{Requested, false}, {Periodic, true}, {Retry, true}} {
+	}{{Requested, false}, {Periodic, true}, {Retry, true}, {Initial, true}} {
 		if tt.r.Full() != tt.full {
 			t.Errorf("%s.Full() = %v", tt.r, !tt.full)
 		}
