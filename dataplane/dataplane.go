@@ -81,8 +81,8 @@ type SyncResult struct {
 	// Waiting is set when the sync was skipped because not every source
 	// has delivered its first snapshot.
 	Waiting bool
-	// Held says why the new desired state was held back by the safety
-	// valve; the last applied state was kept (and repaired) instead.
+	// Held says why the safety valve held back the deletions of this
+	// sync: what it would have deleted was kept, the rest applied.
 	Held string
 	// Programming is the network-programming latency: from the first input
 	// change the sync took up to the end of its kernel writes; 0 when the
@@ -129,6 +129,11 @@ type Dataplane struct {
 	// writes them.
 	applied    *desired.State
 	appliedCfg *config.Config
+	// holdBase is the applied state when the safety valve began holding
+	// deletions back: while it holds, deletions are measured against it, so
+	// that additions meanwhile do not dilute the share until the held
+	// deletions pass. nil when nothing is held.
+	holdBase *desired.State
 	// ctPending holds the flows of deleted UDP real servers whose
 	// conntrack entries are still to be removed: the destinations are gone
 	// from IPVS, so a failed pass is retried from here, not from a diff.
@@ -202,11 +207,11 @@ func (d *Dataplane) changed() {
 	}
 }
 
-// Applied returns the desired state the last sync that was not held
-// applied, without computing it again; ok is false before the first such
-// sync. When that sync failed (SyncResult.Err), the virtual servers it
-// names in SyncResult.Failed, and whatever another subsystem's error says,
-// may not be in the kernel as described.
+// Applied returns the state the last sync applied (with what the safety
+// valve held back kept), without computing it again; ok is false before
+// the first sync. When that sync failed (SyncResult.Err), the virtual
+// servers it names in SyncResult.Failed, and whatever another subsystem's
+// error says, may not be in the kernel as described.
 func (d *Dataplane) Applied() (st desired.State, ok bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -371,11 +376,21 @@ func (d *Dataplane) sync(_ context.Context, why runner.Reason) error {
 	d.applying <- struct{}{}
 	// The safety valve: a change the admin did not make by editing the
 	// configuration (discovery answering empty, health failing everywhere)
-	// may not delete more than max_delete_fraction at once.
-	if d.applied != nil && cfg == d.appliedCfg {
-		if reason := tooManyDeletes(*d.applied, st, cfg.Sync.MaxDeleteFraction); reason != "" {
+	// may not delete more than max_delete_fraction at once. What it would
+	// delete is kept; every other change goes in.
+	if d.applied == nil || cfg != d.appliedCfg {
+		d.holdBase = nil // an edit by the admin: what it deletes is meant
+	} else {
+		base := d.applied
+		if d.holdBase != nil {
+			base = d.holdBase
+		}
+		if reason := tooManyDeletes(*base, st, cfg.Sync.MaxDeleteFraction); reason != "" {
 			res.Held = reason
-			st = *d.applied
+			d.holdBase = base
+			st = desired.KeepRemoved(*d.applied, st)
+		} else {
+			d.holdBase = nil
 		}
 	}
 	full := why.Full()
@@ -418,12 +433,12 @@ func (d *Dataplane) sync(_ context.Context, why runner.Reason) error {
 	res.Err = errors.Join(errs...)
 	// Recorded even when a write failed: one virtual server the kernel
 	// keeps refusing must not turn every later sync into an "admin edit"
-	// that the safety valve lets through, nor freeze what hooks see.
-	if res.Held == "" {
-		d.mu.Lock() // Applied reads it from other goroutines
-		d.applied, d.appliedCfg = &st, cfg
-		d.mu.Unlock()
-	}
+	// that the safety valve lets through, nor freeze what hooks see. A
+	// held sync records what it applied, the held deletions included, so
+	// they stay held until the admin or the source says otherwise.
+	d.mu.Lock() // Applied reads it from other goroutines
+	d.applied, d.appliedCfg = &st, cfg
+	d.mu.Unlock()
 	res.Duration = time.Since(res.Start)
 	switch {
 	case res.Err == nil && res.Writes > 0 && !changedAt.IsZero():
@@ -450,7 +465,7 @@ func (d *Dataplane) finish(res SyncResult) {
 	case res.Waiting:
 		d.log.Debug("sync skipped: waiting for the first configuration")
 	case res.Held != "":
-		d.log.Warn("sync held by the safety valve; keeping the last applied state", "reason", res.Held)
+		d.log.Warn("safety valve: deletions held, other changes applied", "reason", res.Held, "writes", res.Writes)
 	case res.Err != nil:
 		d.log.Error("sync failed", "reason", res.Reason.String(), "writes", res.Writes, "error", res.Err)
 	case res.Writes > 0:
@@ -552,7 +567,7 @@ func tooManyDeletes(applied, next desired.State, maxFraction float64) string {
 			svcGone++
 			destGone += len(a.Dests)
 		default:
-			destGone += gone(a.Dests, ns[j].Dests)
+			destGone += desired.Gone(a.Dests, ns[j].Dests)
 			j++
 		}
 		dests += len(a.Dests)
@@ -568,19 +583,4 @@ func tooManyDeletes(applied, next desired.State, maxFraction float64) string {
 		return why
 	}
 	return check(destGone, dests, "real servers")
-}
-
-// gone counts the destinations of a that are not in b (both sorted by
-// address, usually the same slice).
-func gone(a, b []desired.Dest) int {
-	if len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0]) {
-		return 0
-	}
-	n := 0
-	for _, d := range a {
-		if _, ok := slices.BinarySearchFunc(b, d.Addr, func(x desired.Dest, t netip.AddrPort) int { return x.Addr.Compare(t) }); !ok {
-			n++
-		}
-	}
-	return n
 }

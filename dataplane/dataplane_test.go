@@ -3,6 +3,7 @@ package dataplane_test
 import (
 	"context"
 	"errors"
+	"maps"
 	"net/netip"
 	"slices"
 	"strings"
@@ -102,7 +103,12 @@ name = "web"
 vips = ["192.0.2.10"]
 port = 80
 on_unhealthy = "remove"
-real_server = [{ address = "10.0.0.1" }, { address = "10.0.0.2" }, { address = "10.0.0.3" }]
+real_server = [{ address = "10.0.0.1" }, { address = "10.0.0.2" }, { address = "10.0.0.3" }, { address = "10.0.0.4" }]
+[[service]]
+name = "api"
+vips = ["192.0.2.20"]
+port = 80
+real_server = [{ address = "10.0.1.1" }]
 `)
 		dp := dataplane.New(dataplane.Options{IPVS: ipvs.New(kv, &fakeipvs.Ledger{}), Addrs: addrs.New(&fakeaddrs.Kernel{}, "lbd0"), Sync: cfg.Sync})
 		ctx, cancel := context.WithCancel(t.Context())
@@ -120,13 +126,33 @@ real_server = [{ address = "10.0.0.1" }, { address = "10.0.0.2" }, { address = "
 			}
 			return m
 		}
-		dp.SetHealth(down("10.0.0.1:80", "10.0.0.2:80"))
+		// api's real server failing at the same time is drained (weight
+		// 0, no deletion): that part of the sync goes in.
+		h := down("10.0.0.1:80", "10.0.0.2:80", "10.0.0.4:80")
+		h[desired.HealthKey{Service: "api", Addr: netip.MustParseAddrPort("10.0.1.1:80")}] = false
+		dp.SetHealth(h)
 		time.Sleep(2 * time.Second)
 		synctest.Wait()
-		if last := dp.Last(); !strings.Contains(last.Held, "would delete 2 of 3 real servers") || kv.String() != before {
-			t.Errorf("mass removal not held: %+v\n%s", last, kv)
+		if last := dp.Last(); !strings.Contains(last.Held, "would delete 3 of 5 real servers") ||
+			kv.String() != strings.Replace(before, "10.0.1.1:80 w=1", "10.0.1.1:80 w=0", 1) {
+			t.Errorf("mass removal not held, or the rest not applied: %+v\n%s", last, kv)
 		}
-		// One of three is within the limit.
+		// Discovery adding real servers meanwhile does not dilute the held
+		// deletions below the limit: they stay held, the additions go in.
+		added := func(addr string) config.RealServer {
+			ap := netip.MustParseAddrPort(addr)
+			return config.RealServer{Address: ap.Addr(), Port: ap.Port(), Weight: 1, HealthCheck: &config.HealthCheck{Type: config.CheckNone}}
+		}
+		dp.SetSources(cfg, map[string][]config.RealServer{"api": {added("10.0.1.2:80"), added("10.0.1.3:80")}}, nil)
+		time.Sleep(2 * time.Second)
+		synctest.Wait()
+		dp.SetHealth(maps.Clone(h)) // one more sync, now with the additions applied
+		time.Sleep(2 * time.Second)
+		synctest.Wait()
+		if last := dp.Last(); last.Held == "" || !strings.Contains(kv.String(), "10.0.0.2:80 w=1") || !strings.Contains(kv.String(), "10.0.1.3:80 w=1") {
+			t.Errorf("additions released the held deletions, or were not applied: %+v\n%s", last, kv)
+		}
+		// One of five is within the limit.
 		dp.SetHealth(down("10.0.0.1:80"))
 		time.Sleep(2 * time.Second)
 		synctest.Wait()
@@ -137,7 +163,7 @@ real_server = [{ address = "10.0.0.1" }, { address = "10.0.0.2" }, { address = "
 		dp.SetConfig(parse(t, "[[service]]\nname = \"web\"\nvips = [\"192.0.2.10\"]\nport = 80\n"))
 		time.Sleep(2 * time.Second)
 		synctest.Wait()
-		if last := dp.Last(); last.Held != "" || last.Draining != 3 {
+		if last := dp.Last(); last.Held != "" || last.Draining != 4 {
 			t.Errorf("an admin edit was held: %+v\n%s", last, kv)
 		}
 	})

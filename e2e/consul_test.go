@@ -122,6 +122,7 @@ func TestConsul(t *testing.T) {
 		return netip.AddrPortFrom(tp.RealServers[i].Addr(tp.Backend), topo.BackendHTTPPort)
 	}
 	web, api, static := netip.AddrPortFrom(topo.VIP(1), 80), netip.AddrPortFrom(topo.VIP(2), 80), netip.AddrPortFrom(topo.VIP(3), 80)
+	mass := netip.AddrPortFrom(topo.VIP(4), 80)
 	config := fmt.Sprintf(`
 [sync]
 min_sync_period = "100ms"
@@ -145,7 +146,17 @@ service = "web"
 [service.consul_register]
 name = "web-vip"
 tags = ["edge"]
-`, web.Addr(), api.Addr())
+
+[[service]]
+name = "mass"
+vips = ["%[3]s"]
+port = 80
+scheduler = "rr"
+snat = "never"
+on_unhealthy = "remove"
+[service.consul]
+service = "mass"
+`, web.Addr(), api.Addr(), mass.Addr())
 	l := startLBD(t, dir, config)
 	dest := func(vs, real netip.AddrPort, w int) string {
 		return fmt.Sprintf("-a -t %s -r %s -m -w %d", vs, real, w)
@@ -158,6 +169,9 @@ tags = ["edge"]
 	t.Run("a registered real server gets traffic", func(t *testing.T) {
 		agent.register("web-1", "web", rs(0), false, nil, nil)
 		waitRules(t, dir, "web-1 in IPVS", dest(web, rs(0), 1))
+		// The packet filter, written beside IPVS, stops refusing the VIP's
+		// port (no real server until now) a moment later.
+		waitServes(t, client, topo.HTTP, web)
 		if got := servers(web, 4); got["rs1"] != 4 {
 			t.Errorf("answers by server %v; want all 4 from rs1", got)
 		}
@@ -253,6 +267,38 @@ tags = ["edge"]
 			}
 			return nil
 		})
+	})
+
+	t.Run("Consul dropping most real servers at once is held; other changes still apply", func(t *testing.T) {
+		// mass removes critical instances (on_unhealthy = "remove"); its 4
+		// are more than half of the 7 real servers lbd serves, and node
+		// maintenance makes them all critical in one change of Consul.
+		tp.RealServers[0].StartBackend(t, topo.BackendConfig{ID: "rs1-8080", HTTPPort: 8080})
+		var kept []string
+		for i, a := range []netip.AddrPort{rs(0), rs(1), rs(2), netip.AddrPortFrom(rs(0).Addr(), 8080)} {
+			agent.register(fmt.Sprintf("mass-%d", i+1), "mass", a, false, nil, nil)
+			kept = append(kept, dest(mass, a, 1))
+		}
+		waitRules(t, dir, "mass's 4 real servers", kept...)
+		agent.call("PUT", "/v1/agent/maintenance?enable=true&reason=e2e", nil)
+		eventually(t, "lbd status to report the held deletions", func() error {
+			out, err := dir.Exec(l.bin, "status", "--socket", l.socket())
+			if err != nil || !strings.Contains(out, "HELD by the safety valve") {
+				return fmt.Errorf("lbd status:\n%s (%v)", out, err)
+			}
+			return nil
+		})
+		waitRules(t, dir, "mass's real servers kept", kept...)
+		// A new virtual service is no deletion: it goes in while they are held.
+		agent.register("api-2", "api", rs(2), false, []string{"lbd"},
+			map[string]string{"lbd-vip": api.Addr().String(), "lbd-port": "80", "lbd-scheduler": "rr", "lbd-snat": "never"})
+		waitRules(t, dir, "the api virtual service added beside the held deletions", append(kept, "-A -t "+api.String()+" -s rr")...)
+		if got := servers(mass, 8); len(got) != 4 {
+			t.Errorf("mass answers %v while its deletions are held; want all 4 real servers", got)
+		}
+		agent.call("PUT", "/v1/agent/maintenance?enable=false", nil)
+		agent.deregister("api-2")
+		waitRules(t, dir, "maintenance over", append(kept, "!-A -t "+api.String())...)
 	})
 
 	if os.Getenv("LBD_E2E_BENCH") == "1" {

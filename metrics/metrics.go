@@ -81,7 +81,7 @@ func New() *Metrics {
 		}),
 		syncHeld: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "lbd_sync_held_total",
-			Help: "Syncs held back by the safety valve.",
+			Help: "Syncs whose deletions the safety valve held back (their other changes were applied).",
 		}),
 		services: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "lbd_virtual_servers",

@@ -35,7 +35,7 @@ func WriteText(w io.Writer, s Snapshot) error {
 		fmt.Fprintf(&b, "sync: %s (%s, %s, %d writes, %d dumps): %s\n", ago(s.Time, s.Sync.Time), s.Sync.Reason, s.Sync.Duration.Round(time.Microsecond), s.Sync.Writes, s.Sync.Dumps, result)
 	}
 	if s.Sync.Held != "" {
-		fmt.Fprintf(&b, "HELD by the safety valve: %s\n", s.Sync.Held)
+		fmt.Fprintf(&b, "deletions HELD by the safety valve (other changes applied): %s\n", s.Sync.Held)
 	}
 	b.WriteString("\n")
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)

@@ -17,8 +17,8 @@ import (
 // VIPs registered into Consul follow what the kernel serves. A service is
 // passing while it meets its quorum (at least one healthy real server).
 func (d *daemon) register(res dataplane.SyncResult) {
-	if res.Waiting || res.Held != "" {
-		return // the kernel did not take the desired state
+	if res.Waiting {
+		return // nothing applied yet
 	}
 	regs := d.regs.Load()
 	if regs == nil {

@@ -39,7 +39,7 @@ func (n *notifier) onSync(res dataplane.SyncResult) {
 	case res.Err != nil:
 		status += ": failed, retrying"
 	case res.Held != "":
-		status += ": held by the safety valve"
+		status += ": deletions held by the safety valve"
 	}
 	n.send(status)
 }

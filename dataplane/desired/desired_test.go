@@ -253,3 +253,47 @@ real_server = [{ address = "10.0.0.4" }]
 		})
 	}
 }
+
+func TestKeepRemoved(t *testing.T) {
+	key := func(last byte) Key {
+		return Key{Addr: netip.AddrFrom4([4]byte{192, 0, 2, last}), Port: 80, Protocol: config.TCP}
+	}
+	dest := func(last byte, w int) Dest {
+		return Dest{Addr: netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 0, 0, last}), 80), Weight: w}
+	}
+	svc := func(k byte, ds ...Dest) Service { return Service{Key: key(k), Scheduler: "rr", Dests: ds} }
+	vip := func(k byte) netip.Addr { return key(k).Addr }
+	tests := []struct {
+		name       string
+		prev, next State
+		want       State
+	}{
+		{"nothing removed: next as it is",
+			State{Services: []Service{svc(1, dest(1, 1))}, VIPs: []netip.Addr{vip(1)}},
+			State{Services: []Service{svc(1, dest(1, 5)), svc(2, dest(2, 1))}, VIPs: []netip.Addr{vip(1), vip(2)}},
+			State{Services: []Service{svc(1, dest(1, 5)), svc(2, dest(2, 1))}, VIPs: []netip.Addr{vip(1), vip(2)}}},
+		{"a removed virtual server is kept with its VIP",
+			State{Services: []Service{svc(1, dest(1, 1)), svc(3, dest(3, 2))}, VIPs: []netip.Addr{vip(1), vip(3)}},
+			State{Services: []Service{svc(1, dest(1, 1))}, VIPs: []netip.Addr{vip(1)}},
+			State{Services: []Service{svc(1, dest(1, 1)), svc(3, dest(3, 2))}, VIPs: []netip.Addr{vip(1), vip(3)}}},
+		{"removed destinations are kept with their weight, other changes applied",
+			State{Services: []Service{svc(1, dest(1, 1), dest(2, 1), dest(3, 1))}},
+			State{Services: []Service{svc(1, dest(2, 0), dest(4, 1))}},
+			State{Services: []Service{svc(1, dest(1, 1), dest(2, 0), dest(3, 1), dest(4, 1))}}},
+		{"a new virtual server goes in beside a kept one",
+			State{Services: []Service{svc(2, dest(1, 1))}, VIPs: []netip.Addr{vip(2)}},
+			State{Services: []Service{svc(1, dest(1, 1)), svc(3, dest(1, 1))}, VIPs: []netip.Addr{vip(1), vip(3)}},
+			State{Services: []Service{svc(1, dest(1, 1)), svc(2, dest(1, 1)), svc(3, dest(1, 1))}, VIPs: []netip.Addr{vip(1), vip(2), vip(3)}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := KeepRemoved(tt.prev, tt.next)
+			if !reflect.DeepEqual(got.Services, tt.want.Services) || !slices.Equal(got.VIPs, tt.want.VIPs) {
+				t.Errorf("services %+v\nVIPs %v\nwant %+v\n%v", got.Services, got.VIPs, tt.want.Services, tt.want.VIPs)
+			}
+			if Gone(tt.prev.Services[0].Dests, got.Services[slices.IndexFunc(got.Services, func(s Service) bool { return s.Key == tt.prev.Services[0].Key })].Dests) != 0 {
+				t.Errorf("a destination of prev is missing")
+			}
+		})
+	}
+}
