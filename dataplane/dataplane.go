@@ -134,6 +134,11 @@ type Dataplane struct {
 	// that additions meanwhile do not dilute the share until the held
 	// deletions pass. nil when nothing is held.
 	holdBase *desired.State
+	// restart and restartCfg are what lbd's virtual servers held when it
+	// started and the configuration then in force (SetRestartBaseline),
+	// for the safety valve of the first sync.
+	restart    []desired.Service
+	restartCfg *config.Config
 	// ctPending holds the flows of deleted UDP real servers whose
 	// conntrack entries are still to be removed: the destinations are gone
 	// from IPVS, so a failed pass is retried from here, not from a diff.
@@ -219,6 +224,43 @@ func (d *Dataplane) Applied() (st desired.State, ok bool) {
 		return desired.State{}, false
 	}
 	return *d.applied, true
+}
+
+// AppliedConfig returns the configuration of the last sync; nil before
+// the first.
+func (d *Dataplane) AppliedConfig() *config.Config {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.appliedCfg
+}
+
+// SetRestartBaseline gives the safety valve of the first sync what lbd's
+// virtual servers held when it started (kernel: their destinations with a
+// weight), when cfg, the configuration the first sync will apply, is the
+// one already in force then (its files unchanged since lbd last applied
+// them): a source answering short right after a restart (Consul hiding a
+// service) then cannot drain more than max_delete_fraction of those real
+// servers either. Call it before the first sync.
+func (d *Dataplane) SetRestartBaseline(cfg *config.Config, kernel []desired.Service) {
+	kernel = slices.Clone(kernel)
+	slices.SortFunc(kernel, func(a, b desired.Service) int { return a.Key.Compare(b.Key) })
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.restart, d.restartCfg = kernel, cfg
+}
+
+// restartBase is the valve's baseline after a restart: the kernel's
+// virtual servers that the new state still has. Only their real servers
+// are guarded: a virtual server the kernel shows carries too little (no
+// source ranges, no SNAT mode) to be put back faithfully.
+func restartBase(kernel, next []desired.Service) desired.State {
+	var base desired.State
+	for _, k := range kernel {
+		if _, ok := slices.BinarySearchFunc(next, k.Key, func(s desired.Service, key desired.Key) int { return s.Key.Compare(key) }); ok {
+			base.Services = append(base.Services, k)
+		}
+	}
+	return base
 }
 
 // SyncingSince returns when the running sync started; ok is false between
@@ -378,9 +420,19 @@ func (d *Dataplane) sync(_ context.Context, why runner.Reason) error {
 	// configuration (discovery answering empty, health failing everywhere)
 	// may not delete more than max_delete_fraction at once. What it would
 	// delete is kept; every other change goes in.
-	if d.applied == nil || cfg != d.appliedCfg {
+	switch {
+	case d.applied == nil && d.restart != nil && cfg == d.restartCfg:
+		// The first sync after a restart, with the files unchanged: a
+		// source that answers short now is no edit either.
+		base := restartBase(d.restart, st.Services)
+		d.holdBase = nil
+		if reason := tooManyDeletes(base, st, cfg.Sync.MaxDeleteFraction); reason != "" {
+			res.Held, d.holdBase = reason, &base
+			st = desired.KeepRemoved(base, st)
+		}
+	case d.applied == nil || cfg != d.appliedCfg:
 		d.holdBase = nil // an edit by the admin: what it deletes is meant
-	} else {
+	default:
 		base := d.applied
 		if d.holdBase != nil {
 			base = d.holdBase
@@ -393,6 +445,7 @@ func (d *Dataplane) sync(_ context.Context, why runner.Reason) error {
 			d.holdBase = nil
 		}
 	}
+	d.restart, d.restartCfg = nil, nil
 	full := why.Full()
 	var errs []error
 	if d.timeouts != nil && (full || d.appliedCfg == nil || cfg.IPVS != d.appliedCfg.IPVS) {

@@ -316,3 +316,69 @@ real_server = [{ address = "10.0.0.1" }%s]
 		}
 	})
 }
+
+// TestSafetyValveAfterRestart: lbd restarts over a kernel that holds its
+// virtual servers, with the files unchanged, and discovery answers short:
+// the first sync may not drain more than max_delete_fraction either. With
+// a configuration the admin edited meanwhile (another one), it may.
+func TestSafetyValveAfterRestart(t *testing.T) {
+	cfgText := `
+[[service]]
+name = "web"
+vips = ["192.0.2.10"]
+port = 80
+real_server = [{ address = "10.0.0.1" }]
+[service.consul]
+service = "web"
+`
+	web := desired.Key{Addr: netip.MustParseAddr("192.0.2.10"), Port: 80, Protocol: config.TCP}
+	rs := func(last byte) netip.AddrPort {
+		return netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 0, 0, last}), 80)
+	}
+	tests := []struct {
+		name     string
+		baseline bool // the files are those in force before the restart
+		wantHeld bool
+	}{
+		{"files unchanged: held", true, true},
+		{"files edited while lbd was stopped: applied", false, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				// The kernel as the previous lbd left it: four real servers,
+				// three of them from Consul.
+				kv := &fakeipvs.Kernel{}
+				var kernel []desired.Service
+				if err := kv.AddService(ipvs.Service{Key: web, Scheduler: "wrr", Netmask: 0xffffffff}); err != nil {
+					t.Fatal(err)
+				}
+				vs := desired.Service{Key: web, Scheduler: "wrr", Netmask: 0xffffffff}
+				for i := byte(1); i <= 4; i++ {
+					if err := kv.AddDest(web, ipvs.Dest{Addr: rs(i), Weight: 1}); err != nil {
+						t.Fatal(err)
+					}
+					vs.Dests = append(vs.Dests, desired.Dest{Addr: rs(i), Weight: 1})
+				}
+				kernel = append(kernel, vs)
+				cfg := parse(t, cfgText)
+				dp := dataplane.New(dataplane.Options{IPVS: ipvs.New(kv, &fakeipvs.Ledger{Keys: map[desired.Key]bool{web: true}}),
+					Addrs: addrs.New(&fakeaddrs.Kernel{}, "lbd0"), Sync: cfg.Sync})
+				if tt.baseline {
+					dp.SetRestartBaseline(cfg, kernel)
+				}
+				ctx, cancel := context.WithCancel(t.Context())
+				defer cancel()
+				go dp.Loop(ctx)
+				// Consul answers with none of its three real servers.
+				dp.SetSources(cfg, nil, nil)
+				synctest.Wait()
+				last, k := dp.Last(), kv.String()
+				kept := strings.Contains(k, "10.0.0.4:80 w=1")
+				if held := last.Held != ""; held != tt.wantHeld || kept != tt.wantHeld {
+					t.Errorf("held %q, real servers kept %v; want held %v\n%s", last.Held, kept, tt.wantHeld, k)
+				}
+			})
+		})
+	}
+}

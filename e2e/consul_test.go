@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -249,6 +250,32 @@ service = "mass"
 		}
 	})
 
+	t.Run("lbd restarted while Consul is down waits for its first answer and changes nothing", func(t *testing.T) {
+		before := ipvsadmSave(t, dir)
+		if err := l.proc.Signal(syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		l.start()
+		eventually(t, "lbd to say it waits for Consul", func() error {
+			if !strings.Contains(l.proc.Output(), "waiting for Consul's first answer") {
+				return fmt.Errorf("lbd's log:\n%s", l.proc.Output())
+			}
+			return nil
+		})
+		// Without Consul's answer a sync would drain every Consul real
+		// server: none may run.
+		deadline := time.Now().Add(3 * time.Second)
+		for time.Now().Before(deadline) {
+			if after := ipvsadmSave(t, dir); !slices.Equal(before, after) {
+				t.Fatalf("IPVS changed before Consul answered:\nbefore %v\nafter  %v", before, after)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		if out := l.proc.Output(); strings.Contains(out, "sync applied") {
+			t.Errorf("lbd synced before Consul answered:\n%s", out)
+		}
+	})
+
 	t.Run("Consul restarted: changes flow again", func(t *testing.T) {
 		agent.start()
 		agent.register("web-3", "web", rs(2), true, nil, nil)
@@ -296,6 +323,19 @@ service = "mass"
 		if got := servers(mass, 8); len(got) != 4 {
 			t.Errorf("mass answers %v while its deletions are held; want all 4 real servers", got)
 		}
+		// A restart with the files unchanged: the first sync is guarded
+		// against the kernel's state.
+		if err := l.proc.Signal(syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		l.start()
+		eventually(t, "the restarted lbd to hold the deletions", func() error {
+			if !strings.Contains(l.proc.Output(), "safety valve: deletions held") {
+				return fmt.Errorf("lbd's log:\n%s", l.proc.Output())
+			}
+			return nil
+		})
+		waitRules(t, dir, "mass's real servers kept across the restart", kept...)
 		agent.call("PUT", "/v1/agent/maintenance?enable=false", nil)
 		agent.deregister("api-2")
 		waitRules(t, dir, "maintenance over", append(kept, "!-A -t "+api.String())...)

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"fmt"
-
 	"github.com/lbdproject/lbd/config"
 	"github.com/lbdproject/lbd/dataplane/desired"
 	"github.com/lbdproject/lbd/dataplane/ipvs"
@@ -48,15 +46,11 @@ func healthInput(h map[healthcheck.Key]bool) map[desired.HealthKey]bool {
 // readSeed reads what the IPVS services lbd owns hold for each real
 // server, to seed the checks of a freshly started lbd (see kernelSeed).
 func readSeed(k ipvs.Kernel, l ipvs.Ledger) (healthcheck.Seed, error) {
-	owned, err := l.Owned()
+	owned, err := readOwned(k, l)
 	if err != nil {
-		return nil, fmt.Errorf("reading owned IPVS services: %w", err)
+		return nil, err
 	}
-	dump, err := k.Dump()
-	if err != nil {
-		return nil, fmt.Errorf("dumping IPVS: %w", err)
-	}
-	return kernelSeed(dump, owned), nil
+	return kernelSeed(owned), nil
 }
 
 // kernelSeed carries health across a restart as the kernel shows it: a
@@ -69,12 +63,9 @@ func readSeed(k ipvs.Kernel, l ipvs.Ledger) (healthcheck.Seed, error) {
 // draining, is at weight 0 too and so starts unhealthy: it then needs rise
 // successes to count as healthy, which is acceptable as it gets no traffic
 // either way. Never nil, so that the caller can tell a seed was read.
-func kernelSeed(dump []ipvs.Service, owned map[desired.Key]bool) healthcheck.Seed {
+func kernelSeed(owned []ipvs.Service) healthcheck.Seed {
 	out := healthcheck.Seed{}
-	for _, s := range dump {
-		if !owned[s.Key] {
-			continue
-		}
+	for _, s := range owned {
 		for _, d := range s.Dests {
 			switch {
 			case d.Weight > 0:

@@ -69,7 +69,7 @@ func TestKernelSeed(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := kernelSeed(tt.dump, tt.owned)
+			got := kernelSeed(ownedOf(tt.dump, tt.owned))
 			if got == nil || !maps.Equal(got, tt.want) {
 				t.Errorf("seed %v, want %v", got, tt.want)
 			}

@@ -90,7 +90,7 @@ func runDaemon(ctx context.Context, log *slog.Logger, path, stateDir string) err
 
 	log.Info("lbd starting", "version", buildVersion(), "config", path)
 	runCtx, stop := context.WithCancel(ctx)
-	d := &daemon{log: log, k: k, src: src, m: metrics.New(), notify: &notifier{log: log}}
+	d := &daemon{log: log, k: k, src: src, m: metrics.New(), notify: &notifier{log: log}, stateDir: stateDir}
 	defer func() {
 		stop()
 		d.wg.Wait()
@@ -124,8 +124,9 @@ func runDaemon(ctx context.Context, log *slog.Logger, path, stateDir string) err
 			if d.consul != nil {
 				d.consul.SetQueries(merge.Queries(cfg))
 			}
-			audit(log, d.src.Status().Hash, d.cfg, cfg)
-			d.cfg = cfg
+			hash := d.src.Status().Hash
+			audit(log, hash, d.cfg, cfg)
+			d.cfg, d.cfgHash = cfg, hash
 			d.apply()
 		case snap := <-consulUpdates:
 			d.snap = snap
@@ -157,12 +158,23 @@ type daemon struct {
 	consul *consul.Watcher
 	reg    *registrar.Registrar
 
-	cfg      *config.Config   // the latest configuration
-	snap     consul.Snapshot  // Consul's latest snapshot
-	waiting  bool             // logged that the first sync waits for Consul
-	seed     healthcheck.Seed // what lbd's virtual servers held at start, for the first health.Set
+	cfg     *config.Config   // the latest configuration
+	snap    consul.Snapshot  // Consul's latest snapshot
+	waiting bool             // logged that the first sync waits for Consul
+	seed    healthcheck.Seed // what lbd's virtual servers held at start, for the first health.Set
+	cfgHash string           // the hash of cfg's files
+
 	problems atomic.Pointer[[]merge.Problem]
 	regs     atomic.Pointer[map[string]config.ConsulRegister] // by lbd service name
+
+	// What the safety valve needs across a restart: the kernel's state at
+	// start, for the first sync, when the files are those lbd last applied
+	// (their hash, kept in the state directory, is the same).
+	stateDir   string
+	restart    []desired.Service
+	storedHash string
+	inForce    atomic.Pointer[cfgInForce] // the configuration handed to the dataplane
+	written    string                     // the hash last written; the sync goroutine's
 }
 
 // start builds the dataplane and what hangs off it. The runner's timings,
@@ -188,11 +200,17 @@ func (d *daemon) start(ctx context.Context, cfg *config.Config) {
 	})
 	// Health is known before the first sync: seeded (by apply) from what
 	// lbd's virtual servers hold, so a restart changes no weight.
-	seed, err := readSeed(d.k.ipvs, d.k.ledger)
-	if err != nil {
+	if owned, err := readOwned(d.k.ipvs, d.k.ledger); err != nil {
 		d.log.Warn("cannot seed health checks from the kernel; they start in their initial state", "error", err)
+	} else {
+		d.seed, d.restart = kernelSeed(owned), restartBaseline(owned)
 	}
-	d.seed = seed
+	stored, err := readAppliedHash(d.stateDir)
+	if err != nil {
+		d.log.Warn("the safety valve does not guard the first sync", "error", err)
+	}
+	d.storedHash, d.written = stored, stored
+	d.dp.OnSync(d.recordApplied)
 	d.wg.Go(func() { d.health.Run(ctx) })
 	// The box's addresses are known before the first sync, so it does not
 	// remove NodePort-like services to re-add them.
@@ -288,7 +306,35 @@ func (d *daemon) apply() {
 		d.dp.SetHealth(healthInput(d.health.Health()))
 		d.seed = nil
 	}
+	if d.restart != nil {
+		if d.cfgHash != "" && d.cfgHash == d.storedHash {
+			d.dp.SetRestartBaseline(d.cfg, d.restart)
+		}
+		d.restart = nil
+	}
+	d.inForce.Store(&cfgInForce{cfg: d.cfg, hash: d.cfgHash})
 	d.dp.SetSources(d.cfg, res.Reals, res.Services)
+}
+
+// cfgInForce is a configuration with the hash of its files.
+type cfgInForce struct {
+	cfg  *config.Config
+	hash string
+}
+
+// recordApplied is a dataplane hook: once a sync has applied the latest
+// configuration, its hash is kept in the state directory for the safety
+// valve of the next start.
+func (d *daemon) recordApplied(res dataplane.SyncResult) {
+	in := d.inForce.Load()
+	if res.Waiting || in == nil || in.hash == d.written || d.dp.AppliedConfig() != in.cfg {
+		return
+	}
+	if err := writeAppliedHash(d.stateDir, in.hash); err != nil {
+		d.log.Warn("the safety valve will not guard the first sync after a restart", "error", err)
+		return
+	}
+	d.written = in.hash
 }
 
 // reportProblems logs each refused registration once, when it appears,
