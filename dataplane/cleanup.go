@@ -3,8 +3,6 @@ package dataplane
 import (
 	"errors"
 	"fmt"
-	"maps"
-	"slices"
 
 	"github.com/lbdproject/lbd/dataplane/desired"
 	"github.com/lbdproject/lbd/dataplane/ipvs"
@@ -21,29 +19,20 @@ type LinkDeleter interface {
 func Cleanup(k ipvs.Kernel, ledger ipvs.Ledger, links LinkDeleter, link string) ([]string, error) {
 	var done []string
 	var errs []error
-	owned, err := ledger.Owned()
+	inKernel, err := ipvs.ReadOwned(k, ledger)
 	if err != nil {
-		return nil, fmt.Errorf("reading owned IPVS services: %w", err)
+		return nil, err
 	}
-	dump, err := k.Dump()
-	if err != nil {
-		return nil, fmt.Errorf("dumping IPVS: %w", err)
-	}
-	inKernel := map[desired.Key]bool{}
-	for _, s := range dump {
-		inKernel[s.Key] = true
-	}
-	for _, key := range slices.SortedFunc(maps.Keys(owned), desired.Key.Compare) {
-		if !inKernel[key] {
-			delete(owned, key)
+	// What the ledger lists but the kernel lacks is forgotten; what fails
+	// to go stays owned.
+	owned := map[desired.Key]bool{}
+	for _, s := range inKernel {
+		if err := k.DeleteService(s.Key); err != nil {
+			errs = append(errs, fmt.Errorf("deleting virtual server %s: %w", s.Key, err))
+			owned[s.Key] = true
 			continue
 		}
-		if err := k.DeleteService(key); err != nil {
-			errs = append(errs, fmt.Errorf("deleting virtual server %s: %w", key, err))
-			continue
-		}
-		delete(owned, key)
-		done = append(done, "IPVS virtual server "+key.String())
+		done = append(done, "IPVS virtual server "+s.Key.String())
 	}
 	if err := ledger.SetOwned(owned); err != nil {
 		errs = append(errs, fmt.Errorf("recording owned IPVS services: %w", err))

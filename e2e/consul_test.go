@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -252,16 +251,8 @@ service = "mass"
 
 	t.Run("lbd restarted while Consul is down waits for its first answer and changes nothing", func(t *testing.T) {
 		before := ipvsadmSave(t, dir)
-		if err := l.proc.Signal(syscall.SIGKILL); err != nil {
-			t.Fatal(err)
-		}
-		l.start()
-		eventually(t, "lbd to say it waits for Consul", func() error {
-			if !strings.Contains(l.proc.Output(), "waiting for Consul's first answer") {
-				return fmt.Errorf("lbd's log:\n%s", l.proc.Output())
-			}
-			return nil
-		})
+		l.kill(t)
+		l.waitLog(t, "lbd to say it waits for Consul", "waiting for Consul's first answer")
 		// Without Consul's answer a sync would drain every Consul real
 		// server: none may run.
 		deadline := time.Now().Add(3 * time.Second)
@@ -325,16 +316,8 @@ service = "mass"
 		}
 		// A restart with the files unchanged: the first sync is guarded
 		// against the kernel's state.
-		if err := l.proc.Signal(syscall.SIGKILL); err != nil {
-			t.Fatal(err)
-		}
-		l.start()
-		eventually(t, "the restarted lbd to hold the deletions", func() error {
-			if !strings.Contains(l.proc.Output(), "safety valve: deletions held") {
-				return fmt.Errorf("lbd's log:\n%s", l.proc.Output())
-			}
-			return nil
-		})
+		l.kill(t)
+		l.waitLog(t, "the restarted lbd to hold the deletions", "safety valve: deletions held")
 		waitRules(t, dir, "mass's real servers kept across the restart", kept...)
 		agent.call("PUT", "/v1/agent/maintenance?enable=false", nil)
 		agent.deregister("api-2")

@@ -7,7 +7,6 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -125,10 +124,7 @@ real_server = [{ address = "%[6]s" }, { address = "%[7]s" }]
 	t.Run("restarting lbd keeps a real server its failing check held at weight 0", func(t *testing.T) {
 		waitRules(t, dir, "optimist's rs1 drained", weight(optimist, rs(0), 0), weight(optimist, rs(1), 1))
 		before := ipvsadmSave(t, dir)
-		if err := l.proc.Signal(syscall.SIGKILL); err != nil {
-			t.Fatal(err)
-		}
-		l.start()
+		l.kill(t)
 		// Its check starts unhealthy although initial_state is healthy:
 		// the kernel held it at 0, so no sync may hand it traffic while
 		// the checks warm up.
@@ -155,10 +151,7 @@ real_server = [{ address = "%[6]s" }, { address = "%[7]s" }]
 
 	t.Run("restarting lbd with every real server healthy changes no weight", func(t *testing.T) {
 		before := ipvsadmSave(t, dir)
-		if err := l.proc.Signal(syscall.SIGKILL); err != nil {
-			t.Fatal(err)
-		}
-		l.start()
+		l.kill(t)
 		mark := len(l.proc.Output())
 		// Checks start with initial_state unhealthy; the kernel's weights
 		// seed them healthy, so nothing may be written while they warm up.

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/lbdproject/lbd/e2e/internal/poll"
@@ -45,6 +46,26 @@ func startLBD(t *testing.T, dir *topo.Director, config string) *lbd {
 	l.writeConfig(t, config)
 	l.start()
 	return l
+}
+
+// kill ends lbd with SIGKILL (it cleans nothing up) and starts it again.
+func (l *lbd) kill(t *testing.T) {
+	t.Helper()
+	if err := l.proc.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	l.start()
+}
+
+// waitLog polls until the running lbd has logged text.
+func (l *lbd) waitLog(t *testing.T, what, text string) {
+	t.Helper()
+	eventually(t, what, func() error {
+		if !strings.Contains(l.proc.Output(), text) {
+			return fmt.Errorf("no %q in lbd's log:\n%s", text, l.proc.Output())
+		}
+		return nil
+	})
 }
 
 // socket is the status socket: the configuration's default, /run/lbd,

@@ -19,24 +19,6 @@ import (
 // first sync against the kernel's state (see restartBaseline).
 const appliedConfigFile = "applied-config"
 
-// readOwned returns the IPVS services lbd owns, as the kernel holds them.
-func readOwned(k ipvs.Kernel, l ipvs.Ledger) ([]ipvs.Service, error) {
-	owned, err := l.Owned()
-	if err != nil {
-		return nil, fmt.Errorf("reading owned IPVS services: %w", err)
-	}
-	dump, err := k.Dump()
-	if err != nil {
-		return nil, fmt.Errorf("dumping IPVS: %w", err)
-	}
-	return ownedOf(dump, owned), nil
-}
-
-// ownedOf keeps the services of dump that owned lists.
-func ownedOf(dump []ipvs.Service, owned map[desired.Key]bool) []ipvs.Service {
-	return slices.DeleteFunc(dump, func(s ipvs.Service) bool { return !owned[s.Key] })
-}
-
 // restartBaseline is what the safety valve measures the first sync after
 // a restart against: lbd's virtual servers with the real servers they
 // send traffic to (weight 0 ones are draining or held by a check, and a

@@ -46,7 +46,7 @@ func healthInput(h map[healthcheck.Key]bool) map[desired.HealthKey]bool {
 // readSeed reads what the IPVS services lbd owns hold for each real
 // server, to seed the checks of a freshly started lbd (see kernelSeed).
 func readSeed(k ipvs.Kernel, l ipvs.Ledger) (healthcheck.Seed, error) {
-	owned, err := readOwned(k, l)
+	owned, err := ipvs.ReadOwned(k, l)
 	if err != nil {
 		return nil, err
 	}

@@ -200,7 +200,7 @@ func (d *daemon) start(ctx context.Context, cfg *config.Config) {
 	})
 	// Health is known before the first sync: seeded (by apply) from what
 	// lbd's virtual servers hold, so a restart changes no weight.
-	if owned, err := readOwned(d.k.ipvs, d.k.ledger); err != nil {
+	if owned, err := ipvs.ReadOwned(d.k.ipvs, d.k.ledger); err != nil {
 		d.log.Warn("cannot seed health checks from the kernel; they start in their initial state", "error", err)
 	} else {
 		d.seed, d.restart = kernelSeed(owned), restartBaseline(owned)

@@ -80,3 +80,19 @@ func ParseKey(s string) (desired.Key, error) {
 	}
 	return desired.Key{Addr: a.Addr(), Port: a.Port(), Protocol: config.Protocol(proto)}, nil
 }
+
+// ReadOwned returns the virtual servers l owns as k holds them (those the
+// ledger lists but the kernel lacks are left out), sorted by key.
+func ReadOwned(k Kernel, l Ledger) ([]Service, error) {
+	owned, err := l.Owned()
+	if err != nil {
+		return nil, fmt.Errorf("reading owned IPVS services: %w", err)
+	}
+	dump, err := k.Dump()
+	if err != nil {
+		return nil, fmt.Errorf("dumping IPVS: %w", err)
+	}
+	dump = slices.DeleteFunc(dump, func(s Service) bool { return !owned[s.Key] })
+	slices.SortFunc(dump, func(a, b Service) int { return a.Key.Compare(b.Key) })
+	return dump, nil
+}
