@@ -484,6 +484,9 @@ func (d *Dataplane) sync(_ context.Context, why runner.Reason) error {
 	d.idle()
 	res.Services = len(st.Services)
 	res.Err = errors.Join(errs...)
+	if d.applied != nil { // not the first sync
+		logChanges(d.log, d.applied.Services, st.Services)
+	}
 	// Recorded even when a write failed: one virtual server the kernel
 	// keeps refusing must not turn every later sync into an "admin edit"
 	// that the safety valve lets through, nor freeze what hooks see. A

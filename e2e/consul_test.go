@@ -177,6 +177,8 @@ service = "mass"
 		}
 		agent.register("web-2", "web", rs(1), true, nil, map[string]string{"lbd-weight": "3"})
 		waitRules(t, dir, "web-2 in IPVS with its meta weight", dest(web, rs(0), 1), dest(web, rs(1), 3))
+		l.waitLog(t, "the log to say where web-2 comes from",
+			fmt.Sprintf(`msg="real server added" virtual_server=%s/tcp real_server=%s weight=3 source="consul director/web-2"`, web, rs(1)))
 		if got := servers(web, 8); got["rs1"] == 0 || got["rs2"] == 0 {
 			t.Errorf("answers by server %v; want both real servers", got)
 		}
