@@ -416,36 +416,7 @@ func (d *Dataplane) sync(_ context.Context, why runner.Reason) error {
 	d.computed = &st
 	d.mu.Unlock()
 	d.applying <- struct{}{}
-	// The safety valve: a change the admin did not make by editing the
-	// configuration (discovery answering empty, health failing everywhere)
-	// may not delete more than max_delete_fraction at once. What it would
-	// delete is kept; every other change goes in.
-	switch {
-	case d.applied == nil && d.restart != nil && cfg == d.restartCfg:
-		// The first sync after a restart, with the files unchanged: a
-		// source that answers short now is no edit either.
-		base := restartBase(d.restart, st.Services)
-		d.holdBase = nil
-		if reason := tooManyDeletes(base, st, cfg.Sync.MaxDeleteFraction); reason != "" {
-			res.Held, d.holdBase = reason, &base
-			st = desired.KeepRemoved(base, st)
-		}
-	case d.applied == nil || cfg != d.appliedCfg:
-		d.holdBase = nil // an edit by the admin: what it deletes is meant
-	default:
-		base := d.applied
-		if d.holdBase != nil {
-			base = d.holdBase
-		}
-		if reason := tooManyDeletes(*base, st, cfg.Sync.MaxDeleteFraction); reason != "" {
-			res.Held = reason
-			d.holdBase = base
-			st = desired.KeepRemoved(*d.applied, st)
-		} else {
-			d.holdBase = nil
-		}
-	}
-	d.restart, d.restartCfg = nil, nil
+	st, res.Held = d.valve(st, cfg)
 	full := why.Full()
 	var errs []error
 	if d.timeouts != nil && (full || d.appliedCfg == nil || cfg.IPVS != d.appliedCfg.IPVS) {
@@ -602,6 +573,44 @@ func (d *Dataplane) applyIPVS(services []desired.Service, full bool) (part, ipvs
 	d.log.Info("removed conntrack entries of deleted UDP real servers", "real_servers", len(d.ctPending), "entries", n)
 	d.ctPending = nil
 	return p, ir
+}
+
+// valve is the safety valve: a change the admin did not make by editing
+// the configuration (discovery answering empty, health failing everywhere)
+// may not delete more than max_delete_fraction at once. It returns what to
+// apply, next with such deletions put back, and why they were held ("":
+// nothing held). Only the sync goroutine calls it.
+func (d *Dataplane) valve(next desired.State, cfg *config.Config) (desired.State, string) {
+	defer func() { d.restart, d.restartCfg = nil, nil }() // for the first sync only
+	switch {
+	case d.applied == nil && d.restart != nil && cfg == d.restartCfg:
+		// The first sync after a restart, with the files unchanged: a
+		// source that answers short now is no edit either.
+		base := restartBase(d.restart, next.Services)
+		return d.hold(base, base, next, cfg.Sync.MaxDeleteFraction)
+	case d.applied == nil || cfg != d.appliedCfg:
+		d.holdBase = nil // an edit by the admin: what it deletes is meant
+		return next, ""
+	}
+	base := *d.applied
+	if d.holdBase != nil {
+		base = *d.holdBase
+	}
+	return d.hold(base, *d.applied, next, cfg.Sync.MaxDeleteFraction)
+}
+
+// hold measures next's deletions against base and, when they are too
+// many, puts back what next removes from keep. While it holds, base stays
+// the measure, so that additions meanwhile cannot dilute the held
+// deletions below the limit.
+func (d *Dataplane) hold(base, keep, next desired.State, maxFraction float64) (desired.State, string) {
+	reason := tooManyDeletes(base, next, maxFraction)
+	if reason == "" {
+		d.holdBase = nil
+		return next, ""
+	}
+	d.holdBase = &base
+	return desired.KeepRemoved(keep, next), reason
 }
 
 // tooManyDeletes says why going from applied to next deletes too much, or
