@@ -214,19 +214,31 @@ name = "wrr"`, tp.RealServers[0].Addr(tp.Backend)), 1)
 		// A service of its own: no earlier connection (TIME_WAIT lasts two
 		// minutes in IPVS) keeps its real servers busy.
 		drain := netip.AddrPortFrom(topo.VIP(6), 80)
+		// Its second VIP is already local on lo: lbd must not bind it on
+		// lbd0 (it works as it is), nor touch it there.
+		onLo := topo.VIP(7).String() + "/32"
+		dir.MustExec(t, "ip", "addr", "add", onLo, "dev", "lo")
+		defer dir.Exec("ip", "addr", "del", onLo, "dev", "lo")
+		loHas := func() bool {
+			out, _ := dir.Exec("ip", "-o", "addr", "show", "dev", "lo")
+			return strings.Contains(out, " "+onLo+" ")
+		}
 		rsAddr := map[string]string{"rs1": tp.RealServers[0].Addr(tp.Backend).String(), "rs2": tp.RealServers[1].Addr(tp.Backend).String()}
 		service := func(reals ...string) string {
 			var rs []string
 			for _, r := range reals {
 				rs = append(rs, fmt.Sprintf("{ address = %q }", rsAddr[r]))
 			}
-			return fmt.Sprintf("\n[[service]]\nname = \"drain\"\nvips = [%q]\nport = 80\nscheduler = \"rr\"\nhealth_check = { type = \"none\" }\nreal_server = [%s]\n",
-				drain.Addr(), strings.Join(rs, ", "))
+			return fmt.Sprintf("\n[[service]]\nname = \"drain\"\nvips = [%q, %q]\nport = 80\nscheduler = \"rr\"\nhealth_check = { type = \"none\" }\nreal_server = [%s]\n",
+				drain.Addr(), topo.VIP(7), strings.Join(rs, ", "))
 		}
 		dest := func(r string, w int) string { return fmt.Sprintf("-a -t %s -r %s:80 -m -w %d", drain, rsAddr[r], w) }
 		l.writeConfig(t, edited+service("rs1", "rs2"))
 		waitRules(t, dir, "the drain service", dest("rs1", 1), dest("rs2", 1))
 		waitServes(t, client, topo.HTTP, drain)
+		if vips := vipsOn(t, dir); !slices.Contains(vips, drain.Addr().String()+"/32") || slices.Contains(vips, onLo) || !loHas() {
+			t.Errorf("lbd0 has %v; want %s there and %s left on lo only", vips, drain.Addr(), onLo)
+		}
 
 		h := client.Hold(t, drain)
 		other := map[string]string{"rs1": "rs2", "rs2": "rs1"}[h.Server]
@@ -257,7 +269,13 @@ name = "wrr"`, tp.RealServers[0].Addr(tp.Backend)), 1)
 		waitRules(t, dir, "the drained real server deleted once its connection ended", "!"+fmt.Sprintf("-t %s -r %s:80", drain, rsAddr[h.Server]), dest(other, 1))
 
 		l.writeConfig(t, edited)
-		waitRules(t, dir, "the drain service gone", "!-t "+drain.String())
+		waitRules(t, dir, "the drain service gone", "!-t "+drain.String(), "!-t "+topo.VIP(7).String())
+		eventually(t, "the VIP no longer needed unbound from lbd0, the one on lo left alone", func() error {
+			if vips := vipsOn(t, dir); slices.Contains(vips, drain.Addr().String()+"/32") || !loHas() {
+				return fmt.Errorf("lbd0 has %v; lo has %s: %v", vips, onLo, loHas())
+			}
+			return nil
+		})
 	})
 
 	t.Run("ipvsadm -C and a deleted VIP are repaired", func(t *testing.T) {
