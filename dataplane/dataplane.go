@@ -139,6 +139,8 @@ type Dataplane struct {
 	// for the safety valve of the first sync.
 	restart    []desired.Service
 	restartCfg *config.Config
+	// timeoutsSet is false after setting the IPVS timeouts failed.
+	timeoutsSet bool
 	// ctPending holds the flows of deleted UDP real servers whose
 	// conntrack entries are still to be removed: the destinations are gone
 	// from IPVS, so a failed pass is retried from here, not from a diff.
@@ -419,12 +421,13 @@ func (d *Dataplane) sync(_ context.Context, why runner.Reason) error {
 	st, res.Held = d.valve(st, cfg)
 	full := why.Full()
 	var errs []error
-	if d.timeouts != nil && (full || d.appliedCfg == nil || cfg.IPVS != d.appliedCfg.IPVS) {
+	if d.timeouts != nil && (full || !d.timeoutsSet || d.appliedCfg == nil || cfg.IPVS != d.appliedCfg.IPVS) {
 		wrote, err := d.timeouts.EnsureTimeouts(cfg.IPVS)
 		res.Dumps++
 		if wrote {
 			res.Writes++
 		}
+		d.timeoutsSet = err == nil // else the next sync tries again
 		if err != nil {
 			errs = append(errs, err)
 		}

@@ -382,3 +382,37 @@ service = "web"
 		})
 	}
 }
+
+// TestRefusedServiceKeepsSyncsIncremental: a virtual server the kernel
+// keeps refusing is reported by every sync, but event-driven syncs of the
+// others stay diffs against the cache: no kernel read.
+func TestRefusedServiceKeepsSyncsIncremental(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		kv := &fakeipvs.Kernel{}
+		text := strings.Replace(conf, "%d", "3", 1) + "[[service]]\nname = \"api\"\nvips = [\"192.0.2.20\"]\nport = 443\nscheduler = \"mh\"\nreal_server = [{ address = \"10.0.1.1\" }]\n"
+		api := desired.Key{Addr: netip.MustParseAddr("192.0.2.20"), Port: 443, Protocol: config.TCP}
+		cfg := parse(t, text)
+		dp := dataplane.New(dataplane.Options{IPVS: ipvs.New(kv, &fakeipvs.Ledger{}), Addrs: addrs.New(&fakeaddrs.Kernel{}, "lbd0"), Sync: cfg.Sync})
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		go dp.Loop(ctx)
+		// No ip_vs_mh: the kernel answers every add of api with ENOENT.
+		kv.Fail = map[desired.Key]error{api: syscall.ENOENT}
+		dp.SetConfig(cfg)
+		synctest.Wait()
+		if last := dp.Last(); !errors.Is(last.Err, syscall.ENOENT) || !strings.Contains(kv.String(), "10.0.0.1:80 w=3") {
+			t.Fatalf("first sync: %+v\n%s", last, kv)
+		}
+		kv.Fail = map[desired.Key]error{api: syscall.ENOENT}
+		dumps := func() int { n, _ := kv.Counts(); return n }
+		before := dumps()
+		dp.SetConfig(parse(t, strings.Replace(text, "weight = 3", "weight = 5", 1)))
+		synctest.Wait()
+		last := dp.Last()
+		if last.Reason.String() != "requested" || last.Dumps != 0 || dumps() != before || !slices.Equal(last.Failed, []desired.Key{api}) ||
+			!strings.Contains(kv.String(), "10.0.0.1:80 w=5") {
+			t.Errorf("weight change beside a refused service: %+v, %d IPVS dumps\n%s; want a requested sync with no dump that sets w=5",
+				last, dumps()-before, kv)
+		}
+	})
+}

@@ -11,6 +11,7 @@ import (
 	"maps"
 	"net/netip"
 	"slices"
+	"syscall"
 	"time"
 
 	"github.com/lbdproject/lbd/config"
@@ -79,6 +80,27 @@ type Result struct {
 type UDPDest struct {
 	Service desired.Key
 	Real    netip.AddrPort
+}
+
+// Refused is the kernel's clean refusal of one add or edit: nothing was
+// created or changed, so what the applier knows of the kernel stays true
+// and the next sync need not dump it. One virtual server the kernel keeps
+// refusing then costs one failed write per sync, not a full reconcile.
+type Refused struct{ Err error }
+
+func (r Refused) Error() string { return r.Err.Error() }
+func (r Refused) Unwrap() error { return r.Err }
+
+// Refusal returns err as Refused when it is an add's or an edit's EINVAL
+// (an argument the kernel takes for invalid) or ENOENT (no such scheduler
+// module): both are answered before the kernel changes anything. Other
+// errors (EEXIST, ESRCH: the cache was wrong; no answer at all) are
+// returned as they are.
+func Refusal(err error) error {
+	if errors.Is(err, syscall.EINVAL) || errors.Is(err, syscall.ENOENT) {
+		return Refused{err}
+	}
+	return err
 }
 
 // Applier applies desired virtual servers to a Kernel. It is not safe for
@@ -255,7 +277,9 @@ func (a *Applier) addNew(want []desired.Service, res *Result, errs *[]error) map
 			svc := batch[i]
 			res.Writes += 1 + len(svc.Dests)
 			if err != nil {
-				a.valid = false
+				if !errors.As(err, new(Refused)) {
+					a.valid = false // it may be partly created
+				}
 				*errs = append(*errs, fmt.Errorf("adding %s: %w", location{from[i]}, err))
 				if failed == nil {
 					failed = map[desired.Key]bool{}
@@ -379,13 +403,15 @@ func unchanged(a, b *desired.Service) bool {
 // format and args; it reports whether the write worked.
 type noteFunc func(err error, format string, args ...any) bool
 
-// noter returns the noteFunc of one Apply: a failed write also makes the
-// cache untrustworthy, so the next Apply dumps.
+// noter returns the noteFunc of one Apply: a failed write, unless Refused,
+// also makes the cache untrustworthy, so the next Apply dumps.
 func (a *Applier) noter(res *Result, errs *[]error) noteFunc {
 	return func(err error, format string, args ...any) bool {
 		res.Writes++
 		if err != nil {
-			a.valid = false
+			if !errors.As(err, new(Refused)) {
+				a.valid = false
+			}
 			*errs = append(*errs, fmt.Errorf(format+": %w", append(args, err)...))
 			return false
 		}
@@ -407,14 +433,14 @@ func (a *Applier) applyService(s desired.Service, now time.Time, freshConns bool
 	switch {
 	case e == nil:
 		svc := fromDesired(s)
-		if !note(a.k.AddService(svc), "adding %s", where) {
+		if !note(Refusal(a.k.AddService(svc)), "adding %s", where) {
 			return
 		}
 		e = &entry{svc: svc, dests: make([]destState, 0, len(s.Dests))}
 		a.cache[s.Key] = e
 	case !sameAttrs(e.svc, fromDesired(s)):
 		svc := fromDesired(s)
-		if !note(a.k.UpdateService(svc), "updating %s", where) {
+		if !note(Refusal(a.k.UpdateService(svc)), "updating %s", where) {
 			return
 		}
 		e.svc = svc
@@ -424,11 +450,11 @@ func (a *Applier) applyService(s desired.Service, now time.Time, freshConns bool
 		i, found := e.find(d.Addr)
 		switch {
 		case !found:
-			if note(a.k.AddDest(s.Key, Dest{Addr: d.Addr, Weight: d.Weight}), "adding real server %s (from %s) to %s", d.Addr, d.Source(), where) {
+			if note(Refusal(a.k.AddDest(s.Key, Dest{Addr: d.Addr, Weight: d.Weight})), "adding real server %s (from %s) to %s", d.Addr, d.Source(), where) {
 				e.dests = slices.Insert(e.dests, i, destState{addr: d.Addr, weight: int32(d.Weight)})
 			}
 		case int(e.dests[i].weight) != d.Weight:
-			if note(a.k.UpdateDest(s.Key, Dest{Addr: d.Addr, Weight: d.Weight}), "setting weight %d of real server %s in %s", d.Weight, d.Addr, where) {
+			if note(Refusal(a.k.UpdateDest(s.Key, Dest{Addr: d.Addr, Weight: d.Weight})), "setting weight %d of real server %s in %s", d.Weight, d.Addr, where) {
 				e.dests[i].weight, e.dests[i].draining = int32(d.Weight), 0
 			}
 		default:

@@ -460,7 +460,9 @@ func recordErr(svcs []Service, errs []error, destErrs [][]error, obj sentObj, er
 func recordAnswer(svcs []Service, errs []error, destErrs [][]error, obj sentObj, e syscall.Errno) {
 	var err error = e
 	if obj.dest < 0 {
-		err = schedulerError(svcs[obj.svc].Scheduler, e)
+		// Its destinations are sent only once it exists: nothing of it
+		// was created.
+		err = Refusal(schedulerError(svcs[obj.svc].Scheduler, e))
 	}
 	recordErr(svcs, errs, destErrs, obj, err)
 }

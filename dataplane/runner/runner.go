@@ -7,7 +7,10 @@
 // actually happen, and it is told why it runs: the first sync, periodic
 // syncs and retries are full reconciles against a kernel dump, requested
 // ones may apply a diff against what was last written. Only full syncs
-// restart the period, so requests never put off drift repair.
+// restart the period, so requests never put off drift repair. A request
+// after a failure stays a requested sync: what a failed write left
+// uncertain is for the appliers to re-read (each does), while the retry
+// that follows the backoff is a full one.
 package runner
 
 import (
@@ -147,9 +150,6 @@ func (r *Runner) Loop(ctx context.Context) {
 		select {
 		case <-r.requests:
 		default:
-		}
-		if backoff > 0 && why == Requested {
-			why = Retry // after a failure, trust no cache
 		}
 		if first {
 			why, first = Initial, false

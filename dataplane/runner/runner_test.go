@@ -64,9 +64,12 @@ func TestRunner(t *testing.T) {
 		{"failures retry with doubling backoff up to RetryMax, then reset",
 			[]int{0, 1, 2, 3}, []step{{1, 20 * time.Second}, {1, 0}},
 			[]string{"initial@0s", "retry@1s", "retry@3s", "retry@7s", "retry@11s", "requested@20s"}},
-		{"a request after a failure is a full sync",
+		{"a request after a failure stays requested; a success cancels the retry",
 			[]int{0}, []step{{1, 500 * time.Millisecond}, {1, 5 * time.Second}},
-			[]string{"initial@0s", "retry@500ms"}},
+			[]string{"initial@0s", "requested@500ms"}},
+		{"failing requests do not stop the retries",
+			[]int{0, 1, 2}, []step{{1, 500 * time.Millisecond}, {1, 5 * time.Second}},
+			[]string{"initial@0s", "requested@500ms", "retry@2.5s"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -211,7 +211,9 @@ var _ ipvs.BatchAdder = BatchKernel{}
 func (k BatchKernel) AddServices(svcs []ipvs.Service) []error {
 	errs := make([]error, len(svcs))
 	for i, s := range svcs {
-		if errs[i] = k.AddService(s); errs[i] != nil {
+		// As the real batch writer: a service's own refusal leaves
+		// nothing of it, and says so.
+		if errs[i] = ipvs.Refusal(k.AddService(s)); errs[i] != nil {
 			continue
 		}
 		for _, d := range s.Dests {
