@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"reflect"
 	"slices"
 	"sync"
 	"time"
@@ -139,6 +140,10 @@ type Dataplane struct {
 	// for the safety valve of the first sync.
 	restart    []desired.Service
 	restartCfg *config.Config
+	// goodIn holds the inputs of the last sync the safety valve did not
+	// hold: what the sources said before an incident, for measuring an
+	// edit's sync (editBase).
+	goodIn desired.Input
 	// timeoutsSet is false after setting the IPVS timeouts failed.
 	timeoutsSet bool
 	// ctPending holds the flows of deleted UDP real servers whose
@@ -389,14 +394,19 @@ func (d *Dataplane) Desired() (desired.State, bool) {
 	return st, ok
 }
 
-func (d *Dataplane) desired() (desired.State, *config.Config, bool) {
+// desired computes the desired state from the current inputs, and returns
+// them (without Prev).
+func (d *Dataplane) desired() (desired.State, desired.Input, bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.cfg == nil {
-		return desired.State{}, nil, false
+		return desired.State{}, desired.Input{}, false
 	}
-	return desired.Compute(desired.Input{Config: d.cfg, Discovered: d.discovered, DiscoveredServices: d.discoveredServices,
-		Health: d.health, HealthVersion: d.healthVersion + 1, HostAddrs: d.hostAddrs, Prev: d.computed}), d.cfg, true
+	in := desired.Input{Config: d.cfg, Discovered: d.discovered, DiscoveredServices: d.discoveredServices,
+		Health: d.health, HealthVersion: d.healthVersion + 1, HostAddrs: d.hostAddrs, Prev: d.computed}
+	st := desired.Compute(in)
+	in.Prev = nil
+	return st, in, true
 }
 
 func (d *Dataplane) sync(_ context.Context, why runner.Reason) error {
@@ -406,7 +416,8 @@ func (d *Dataplane) sync(_ context.Context, why runner.Reason) error {
 	changedAt := d.changedAt
 	d.changedAt = time.Time{}
 	d.mu.Unlock()
-	st, cfg, ok := d.desired()
+	st, in, ok := d.desired()
+	cfg := in.Config
 	if !ok {
 		// Sources have not all delivered: applying now could delete what a
 		// slower source would keep.
@@ -418,7 +429,7 @@ func (d *Dataplane) sync(_ context.Context, why runner.Reason) error {
 	d.computed = &st
 	d.mu.Unlock()
 	d.applying <- struct{}{}
-	st, res.Held = d.valve(st, cfg)
+	st, res.Held = d.valve(st, in)
 	full := why.Full()
 	var errs []error
 	if d.timeouts != nil && (full || !d.timeoutsSet || d.appliedCfg == nil || cfg.IPVS != d.appliedCfg.IPVS) {
@@ -583,23 +594,82 @@ func (d *Dataplane) applyIPVS(services []desired.Service, full bool) (part, ipvs
 // may not delete more than max_delete_fraction at once. It returns what to
 // apply, next with such deletions put back, and why they were held ("":
 // nothing held). Only the sync goroutine calls it.
-func (d *Dataplane) valve(next desired.State, cfg *config.Config) (desired.State, string) {
-	defer func() { d.restart, d.restartCfg = nil, nil }() // for the first sync only
+func (d *Dataplane) valve(next desired.State, in desired.Input) (st desired.State, held string) {
+	cfg := in.Config
+	defer func() {
+		d.restart, d.restartCfg = nil, nil // for the first sync only
+		if held == "" {
+			d.goodIn = in
+		}
+	}()
 	switch {
 	case d.applied == nil && d.restart != nil && cfg == d.restartCfg:
 		// The first sync after a restart, with the files unchanged: a
 		// source that answers short now is no edit either.
 		base := restartBase(d.restart, next.Services)
 		return d.hold(base, base, next, cfg.Sync.MaxDeleteFraction)
-	case d.applied == nil || cfg != d.appliedCfg:
-		d.holdBase = nil // an edit by the admin: what it deletes is meant
+	case d.applied == nil:
+		d.holdBase = nil
 		return next, ""
+	case cfg != d.appliedCfg:
+		// The admin's edit: what it deletes is meant, but only that. When
+		// the sync deletes much, or a hold is on, the new configuration
+		// with the sources as they answered before any hold tells what the
+		// edit alone would keep (a Compute more, for such syncs only).
+		if d.goodIn.Config == nil || d.holdBase == nil && tooManyDeletes(*d.applied, next, cfg.Sync.MaxDeleteFraction) == "" {
+			d.holdBase = nil
+			return next, ""
+		}
+		base := editBase(d.goodIn, in)
+		return d.hold(base, base, next, cfg.Sync.MaxDeleteFraction)
 	}
 	base := *d.applied
 	if d.holdBase != nil {
 		base = *d.holdBase
 	}
 	return d.hold(base, *d.applied, next, cfg.Sync.MaxDeleteFraction)
+}
+
+// editBase is the state the new configuration (in.Config) would give with
+// the discovery and health of good, the inputs of the last sync the valve
+// did not hold: for the services the edit left as they were, the real
+// servers discovery had then; for the others, none (what the edit changed
+// is the admin's to delete). Consul-defined virtual services stay when the
+// edit changed neither how they are defined nor claimed their name or
+// VIP:port.
+func editBase(good, in desired.Input) desired.State {
+	old, cfg := good.Config, in.Config
+	before := make(map[string]*config.Service, len(old.Services))
+	for i := range old.Services {
+		before[old.Services[i].Name] = &old.Services[i]
+	}
+	discovered := map[string][]config.RealServer{}
+	taken := map[desired.Key]bool{}
+	names := map[string]bool{}
+	for i := range cfg.Services {
+		s := &cfg.Services[i]
+		names[s.Name] = true
+		for _, v := range s.VIPs {
+			taken[desired.Key{Addr: v, Port: s.Port, Protocol: s.Protocol}] = true
+		}
+		if o := before[s.Name]; o != nil && o.Same(s) {
+			discovered[s.Name] = good.Discovered[s.Name]
+		}
+	}
+	var services []config.Service
+	if reflect.DeepEqual(old.Consul.VirtualServices, cfg.Consul.VirtualServices) {
+		for _, s := range good.DiscoveredServices {
+			claimed := names[s.Name]
+			for _, v := range s.VIPs {
+				claimed = claimed || taken[desired.Key{Addr: v, Port: s.Port, Protocol: s.Protocol}]
+			}
+			if !claimed {
+				services = append(services, s)
+			}
+		}
+	}
+	return desired.Compute(desired.Input{Config: cfg, Discovered: discovered, DiscoveredServices: services,
+		Health: good.Health, HostAddrs: in.HostAddrs})
 }
 
 // hold measures next's deletions against base and, when they are too

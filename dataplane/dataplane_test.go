@@ -416,3 +416,60 @@ func TestRefusedServiceKeepsSyncsIncremental(t *testing.T) {
 		}
 	})
 }
+
+// TestSafetyValveThroughAnUnrelatedEdit: while Consul's mass removal is
+// held, an admin's edit of another service goes in and the removal stays
+// held; an edit of the service itself is the admin's to make.
+func TestSafetyValveThroughAnUnrelatedEdit(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		kv := &fakeipvs.Kernel{}
+		text := `
+[[service]]
+name = "web"
+vips = ["192.0.2.10"]
+port = 80
+real_server = [{ address = "10.0.0.1" }]
+[service.consul]
+service = "web"
+[[service]]
+name = "api"
+vips = ["192.0.2.20"]
+port = 80
+real_server = [{ address = "10.0.1.1", weight = 2 }]
+`
+		cfg := parse(t, text)
+		consul := func(lasts ...byte) map[string][]config.RealServer {
+			var rs []config.RealServer
+			for _, l := range lasts {
+				rs = append(rs, config.RealServer{Address: netip.AddrFrom4([4]byte{10, 0, 0, l}), Port: 80, Weight: 1,
+					HealthCheck: &config.HealthCheck{Type: config.CheckNone}, Pos: config.Pos{File: "consul"}})
+			}
+			return map[string][]config.RealServer{"web": rs}
+		}
+		dp := dataplane.New(dataplane.Options{IPVS: ipvs.New(kv, &fakeipvs.Ledger{}), Addrs: addrs.New(&fakeaddrs.Kernel{}, "lbd0"), Sync: cfg.Sync})
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		go dp.Loop(ctx)
+		step := func(cfg *config.Config, reals map[string][]config.RealServer) dataplane.SyncResult {
+			dp.SetSources(cfg, reals, nil)
+			time.Sleep(2 * time.Second)
+			synctest.Wait()
+			return dp.Last()
+		}
+		step(cfg, consul(2, 3, 4, 5))
+		// Consul answers empty: 4 of 6 real servers. Held.
+		if last := step(cfg, nil); last.Held == "" || !strings.Contains(kv.String(), "10.0.0.5:80 w=1") {
+			t.Fatalf("mass removal not held: %+v\n%s", last, kv)
+		}
+		// The admin edits api: that goes in, Consul's removal stays held.
+		edited := parse(t, strings.Replace(text, "weight = 2", "weight = 3", 1))
+		if last := step(edited, nil); last.Held == "" || !strings.Contains(kv.String(), "10.0.0.5:80 w=1") || !strings.Contains(kv.String(), "10.0.1.1:80 w=3") {
+			t.Errorf("an unrelated edit: %+v\n%s; want api at w=3 and web's Consul real servers kept", last, kv)
+		}
+		// The admin stops following Consul for web: its edit, obeyed.
+		noConsul := parse(t, strings.Replace(strings.Replace(text, "weight = 2", "weight = 3", 1), "[service.consul]\nservice = \"web\"\n", "", 1))
+		if last := step(noConsul, nil); last.Held != "" || !strings.Contains(kv.String(), "10.0.0.5:80 w=0") {
+			t.Errorf("the admin's edit of web: %+v\n%s; want web's Consul real servers drained", last, kv)
+		}
+	})
+}
