@@ -616,11 +616,21 @@ func (d *Dataplane) valve(next desired.State, in desired.Input) (st desired.Stat
 		// the sync deletes much, or a hold is on, the new configuration
 		// with the sources as they answered before any hold tells what the
 		// edit alone would keep (a Compute more, for such syncs only).
-		if d.goodIn.Config == nil || d.holdBase == nil && tooManyDeletes(*d.applied, next, cfg.Sync.MaxDeleteFraction) == "" {
-			d.holdBase = nil
+		if d.holdBase == nil && tooManyDeletes(*d.applied, next, cfg.Sync.MaxDeleteFraction) == "" {
 			return next, ""
 		}
-		base := editBase(d.goodIn, in)
+		var base desired.State
+		switch {
+		case d.goodIn.Config != nil:
+			base = editBase(d.goodIn, in)
+		case d.holdBase != nil:
+			// Held since the restart: no earlier answer of the sources to
+			// compute with, but the kernel's real servers of the services
+			// the edit left as they were stay held.
+			base = unchangedOnly(*d.holdBase, *d.applied, d.appliedCfg, cfg)
+		default:
+			return next, ""
+		}
 		return d.hold(base, base, next, cfg.Sync.MaxDeleteFraction)
 	}
 	base := *d.applied
@@ -628,6 +638,31 @@ func (d *Dataplane) valve(next desired.State, in desired.Input) (st desired.Stat
 		base = *d.holdBase
 	}
 	return d.hold(base, *d.applied, next, cfg.Sync.MaxDeleteFraction)
+}
+
+// unchangedOnly keeps the virtual servers of base whose service (named by
+// applied) is the same in old and cfg.
+func unchangedOnly(base, applied desired.State, old, cfg *config.Config) desired.State {
+	names := make(map[desired.Key]string, len(applied.Services))
+	for _, s := range applied.Services {
+		names[s.Key] = s.Name
+	}
+	byName := func(c *config.Config) map[string]*config.Service {
+		m := make(map[string]*config.Service, len(c.Services))
+		for i := range c.Services {
+			m[c.Services[i].Name] = &c.Services[i]
+		}
+		return m
+	}
+	before, after := byName(old), byName(cfg)
+	var out desired.State
+	for _, s := range base.Services {
+		o, n := before[names[s.Key]], after[names[s.Key]]
+		if o != nil && n != nil && o.Same(n) {
+			out.Services = append(out.Services, s)
+		}
+	}
+	return out
 }
 
 // editBase is the state the new configuration (in.Config) would give with

@@ -378,6 +378,23 @@ service = "web"
 				if held := last.Held != ""; held != tt.wantHeld || kept != tt.wantHeld {
 					t.Errorf("held %q, real servers kept %v; want held %v\n%s", last.Held, kept, tt.wantHeld, k)
 				}
+				if !tt.wantHeld {
+					return
+				}
+				// An edit of another service keeps the hold; one of web releases it.
+				other := parse(t, cfgText+"[[service]]\nname = \"api\"\nvips = [\"192.0.2.20\"]\nport = 80\n")
+				dp.SetSources(other, nil, nil)
+				time.Sleep(2 * time.Second)
+				synctest.Wait()
+				if last := dp.Last(); last.Held == "" || !strings.Contains(kv.String(), "10.0.0.4:80 w=1") || !strings.Contains(kv.String(), "192.0.2.20:80") {
+					t.Errorf("an edit of another service after the restart: %+v\n%s", last, kv)
+				}
+				dp.SetSources(parse(t, strings.Replace(cfgText, "[service.consul]\nservice = \"web\"\n", "", 1)), nil, nil)
+				time.Sleep(2 * time.Second)
+				synctest.Wait()
+				if last := dp.Last(); last.Held != "" || !strings.Contains(kv.String(), "10.0.0.4:80 w=0") {
+					t.Errorf("an edit of web after the restart: %+v\n%s", last, kv)
+				}
 			})
 		})
 	}

@@ -161,6 +161,11 @@ service = "mass"
 	dest := func(vs, real netip.AddrPort, w int) string {
 		return fmt.Sprintf("-a -t %s -r %s -m -w %d", vs, real, w)
 	}
+	// The configuration with a file service, static, of the given weight.
+	withStatic := func(weight int) string {
+		return config + fmt.Sprintf("\n[[service]]\nname = \"static\"\nvips = [\"%s\"]\nport = 80\nsnat = \"never\"\nreal_server = [{ address = \"%s\", port = %d, weight = %d }]\n",
+			static.Addr(), rs(2).Addr(), rs(2).Port(), weight)
+	}
 	servers := func(target netip.AddrPort, n int) map[string]int {
 		t.Helper()
 		return probeOK(t, client, topo.HTTP, target, n).ByServer()
@@ -240,8 +245,7 @@ service = "mass"
 			}
 			return nil
 		})
-		l.writeConfig(t, config+fmt.Sprintf("\n[[service]]\nname = \"static\"\nvips = [\"%s\"]\nport = 80\nsnat = \"never\"\nreal_server = [{ address = \"%s\", port = %d }]\n",
-			static.Addr(), rs(2).Addr(), rs(2).Port()))
+		l.writeConfig(t, withStatic(1))
 		waitRules(t, dir, "the file edit applied", dest(static, rs(2), 1))
 		for _, line := range before {
 			waitRules(t, dir, "Consul-sourced state kept", line)
@@ -321,6 +325,9 @@ service = "mass"
 		l.kill(t)
 		l.waitLog(t, "the restarted lbd to hold the deletions", "safety valve: deletions held")
 		waitRules(t, dir, "mass's real servers kept across the restart", kept...)
+		// An edit of another service goes in; the deletions stay held.
+		l.writeConfig(t, withStatic(2))
+		waitRules(t, dir, "the edit of static applied, mass's real servers still kept", append(kept, dest(static, rs(2), 2))...)
 		agent.call("PUT", "/v1/agent/maintenance?enable=false", nil)
 		agent.deregister("api-2")
 		waitRules(t, dir, "maintenance over", append(kept, "!-A -t "+api.String())...)
