@@ -27,43 +27,26 @@ func logChanges(log *slog.Logger, prev, next []desired.Service) {
 		logged++
 		log.Info(msg, args...)
 	}
-	i, j := 0, 0
-	for i < len(prev) || j < len(next) {
-		c := 0
+	desired.Pair(prev, next, func(p, n *desired.Service) {
 		switch {
-		case i == len(prev):
-			c = 1
-		case j == len(next):
-			c = -1
-		default:
-			c = prev[i].Key.Compare(next[j].Key)
-		}
-		switch {
-		case c < 0:
-			note("virtual server removed", "virtual_server", prev[i].Key.String(), "service", prev[i].Name, "source", prev[i].Source.String())
-			i++
-		case c > 0:
-			note("virtual server added", "virtual_server", next[j].Key.String(), "service", next[j].Name, "source", next[j].Source.String())
-			j++
-		default:
-			p, n := prev[i].Dests, next[j].Dests
-			if len(p) != len(n) || len(p) > 0 && &p[0] != &n[0] { // shared: nothing changed
-				for _, d := range n {
-					if !hasDest(p, d) {
-						note("real server added", "virtual_server", next[j].Key.String(), "real_server", d.Addr.String(), "weight", d.Weight, "source", d.Source().String())
-					}
-				}
-				for _, d := range p {
-					if !hasDest(n, d) {
-						note("real server removed", "virtual_server", next[j].Key.String(), "real_server", d.Addr.String(), "source", d.Source().String(),
-							"note", "kept at weight 0 while it drains, unless UDP or drain_timeout is 0")
-					}
+		case n == nil:
+			note("virtual server removed", "virtual_server", p.Key.String(), "service", p.Name, "source", p.Source.String())
+		case p == nil:
+			note("virtual server added", "virtual_server", n.Key.String(), "service", n.Name, "source", n.Source.String())
+		case len(p.Dests) != len(n.Dests) || len(p.Dests) > 0 && &p.Dests[0] != &n.Dests[0]: // shared: nothing changed
+			for _, d := range n.Dests {
+				if !hasDest(p.Dests, d) {
+					note("real server added", "virtual_server", n.Key.String(), "real_server", d.Addr.String(), "weight", d.Weight, "source", d.Source().String())
 				}
 			}
-			i++
-			j++
+			for _, d := range p.Dests {
+				if !hasDest(n.Dests, d) {
+					note("real server removed", "virtual_server", n.Key.String(), "real_server", d.Addr.String(), "source", d.Source().String(),
+						"note", "kept at weight 0 while it drains, unless UDP or drain_timeout is 0")
+				}
+			}
 		}
-	}
+	})
 	if more > 0 {
 		log.Info("more virtual servers and real servers added or removed", "not_logged", more)
 	}

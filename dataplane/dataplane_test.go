@@ -31,6 +31,25 @@ func parse(t *testing.T, text string) *config.Config {
 	return cfg
 }
 
+// start runs a Dataplane with opts (a fake address kernel unless opts
+// has one) until the test ends; before, when given, is called first.
+func start(t *testing.T, opts dataplane.Options, before ...func(*dataplane.Dataplane)) *dataplane.Dataplane {
+	t.Helper()
+	if opts.Addrs == nil {
+		opts.Addrs = addrs.New(&fakeaddrs.Kernel{}, "lbd0")
+	}
+	dp := dataplane.New(opts)
+	for _, f := range before {
+		if f != nil {
+			f(dp)
+		}
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	t.Cleanup(cancel)
+	go dp.Loop(ctx)
+	return dp
+}
+
 const conf = `
 [sync]
 min_sync_period = "1s"
@@ -110,10 +129,7 @@ vips = ["192.0.2.20"]
 port = 80
 real_server = [{ address = "10.0.1.1" }]
 `)
-		dp := dataplane.New(dataplane.Options{IPVS: ipvs.New(kv, &fakeipvs.Ledger{}), Addrs: addrs.New(&fakeaddrs.Kernel{}, "lbd0"), Sync: cfg.Sync})
-		ctx, cancel := context.WithCancel(t.Context())
-		defer cancel()
-		go dp.Loop(ctx)
+		dp := start(t, dataplane.Options{IPVS: ipvs.New(kv, &fakeipvs.Ledger{}), Sync: cfg.Sync})
 		dp.SetConfig(cfg)
 		synctest.Wait()
 		before := kv.String()
@@ -181,10 +197,7 @@ real_server = [{ address = "10.0.0.1" }]
 [service.consul]
 service = "web"
 `)
-		dp := dataplane.New(dataplane.Options{IPVS: ipvs.New(kv, &fakeipvs.Ledger{}), Addrs: addrs.New(&fakeaddrs.Kernel{}, "lbd0"), Sync: cfg.Sync})
-		ctx, cancel := context.WithCancel(t.Context())
-		defer cancel()
-		go dp.Loop(ctx)
+		dp := start(t, dataplane.Options{IPVS: ipvs.New(kv, &fakeipvs.Ledger{}), Sync: cfg.Sync})
 		rs := func(addr string, down bool) config.RealServer {
 			ap := netip.MustParseAddrPort(addr)
 			return config.RealServer{Address: ap.Addr(), Port: ap.Port(), Weight: 2, Down: down, HealthCheck: &config.HealthCheck{Type: config.CheckNone}}
@@ -231,10 +244,7 @@ on_unhealthy = "remove"
 real_server = [{ address = "10.0.0.1" }, { address = "10.0.0.2" }, { address = "10.0.0.3" }]
 `
 		cfg := parse(t, web)
-		dp := dataplane.New(dataplane.Options{IPVS: ipvs.New(kv, &fakeipvs.Ledger{}), Addrs: addrs.New(&fakeaddrs.Kernel{}, "lbd0"), Sync: cfg.Sync})
-		ctx, cancel := context.WithCancel(t.Context())
-		defer cancel()
-		go dp.Loop(ctx)
+		dp := start(t, dataplane.Options{IPVS: ipvs.New(kv, &fakeipvs.Ledger{}), Sync: cfg.Sync})
 		dp.SetConfig(cfg)
 		synctest.Wait()
 
@@ -291,10 +301,7 @@ real_server = [{ address = "10.0.0.1" }%s]
 `
 		cfg := parse(t, strings.Replace(dns, "%s", `, { address = "10.0.0.2" }`, 1))
 		ct := &failingCleaner{fail: 1}
-		dp := dataplane.New(dataplane.Options{IPVS: ipvs.New(kv, &fakeipvs.Ledger{}), Addrs: addrs.New(&fakeaddrs.Kernel{}, "lbd0"), Conntrack: ct, Sync: cfg.Sync})
-		ctx, cancel := context.WithCancel(t.Context())
-		defer cancel()
-		go dp.Loop(ctx)
+		dp := start(t, dataplane.Options{IPVS: ipvs.New(kv, &fakeipvs.Ledger{}), Conntrack: ct, Sync: cfg.Sync})
 		dp.SetConfig(cfg)
 		synctest.Wait()
 		dp.SetConfig(parse(t, strings.Replace(dns, "%s", "", 1)))
@@ -362,14 +369,11 @@ service = "web"
 				}
 				kernel = append(kernel, vs)
 				cfg := parse(t, cfgText)
-				dp := dataplane.New(dataplane.Options{IPVS: ipvs.New(kv, &fakeipvs.Ledger{Keys: map[desired.Key]bool{web: true}}),
-					Addrs: addrs.New(&fakeaddrs.Kernel{}, "lbd0"), Sync: cfg.Sync})
+				var baseline func(*dataplane.Dataplane)
 				if tt.baseline {
-					dp.SetRestartBaseline(cfg, kernel)
+					baseline = func(dp *dataplane.Dataplane) { dp.SetRestartBaseline(cfg, kernel) }
 				}
-				ctx, cancel := context.WithCancel(t.Context())
-				defer cancel()
-				go dp.Loop(ctx)
+				dp := start(t, dataplane.Options{IPVS: ipvs.New(kv, &fakeipvs.Ledger{Keys: map[desired.Key]bool{web: true}}), Sync: cfg.Sync}, baseline)
 				// Consul answers with none of its three real servers.
 				dp.SetSources(cfg, nil, nil)
 				synctest.Wait()
@@ -409,10 +413,7 @@ func TestRefusedServiceKeepsSyncsIncremental(t *testing.T) {
 		text := strings.Replace(conf, "%d", "3", 1) + "[[service]]\nname = \"api\"\nvips = [\"192.0.2.20\"]\nport = 443\nscheduler = \"mh\"\nreal_server = [{ address = \"10.0.1.1\" }]\n"
 		api := desired.Key{Addr: netip.MustParseAddr("192.0.2.20"), Port: 443, Protocol: config.TCP}
 		cfg := parse(t, text)
-		dp := dataplane.New(dataplane.Options{IPVS: ipvs.New(kv, &fakeipvs.Ledger{}), Addrs: addrs.New(&fakeaddrs.Kernel{}, "lbd0"), Sync: cfg.Sync})
-		ctx, cancel := context.WithCancel(t.Context())
-		defer cancel()
-		go dp.Loop(ctx)
+		dp := start(t, dataplane.Options{IPVS: ipvs.New(kv, &fakeipvs.Ledger{}), Sync: cfg.Sync})
 		// No ip_vs_mh: the kernel answers every add of api with ENOENT.
 		kv.Fail = map[desired.Key]error{api: syscall.ENOENT}
 		dp.SetConfig(cfg)
@@ -463,10 +464,7 @@ real_server = [{ address = "10.0.1.1", weight = 2 }]
 			}
 			return map[string][]config.RealServer{"web": rs}
 		}
-		dp := dataplane.New(dataplane.Options{IPVS: ipvs.New(kv, &fakeipvs.Ledger{}), Addrs: addrs.New(&fakeaddrs.Kernel{}, "lbd0"), Sync: cfg.Sync})
-		ctx, cancel := context.WithCancel(t.Context())
-		defer cancel()
-		go dp.Loop(ctx)
+		dp := start(t, dataplane.Options{IPVS: ipvs.New(kv, &fakeipvs.Ledger{}), Sync: cfg.Sync})
 		step := func(cfg *config.Config, reals map[string][]config.RealServer) dataplane.SyncResult {
 			dp.SetSources(cfg, reals, nil)
 			time.Sleep(2 * time.Second)

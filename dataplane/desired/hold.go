@@ -14,35 +14,18 @@ import (
 func KeepRemoved(prev, next State) State {
 	out := next
 	out.Services = make([]Service, 0, max(len(prev.Services), len(next.Services)))
-	ps, ns := prev.Services, next.Services
-	i, j := 0, 0
-	for i < len(ps) || j < len(ns) {
-		c := 0
+	Pair(prev.Services, next.Services, func(p, n *Service) {
 		switch {
-		case i == len(ps):
-			c = 1
-		case j == len(ns):
-			c = -1
+		case n == nil: // only in prev: kept
+			out.Services = append(out.Services, *p)
+		case p == nil || Gone(p.Dests, n.Dests) == 0:
+			out.Services = append(out.Services, *n)
 		default:
-			c = ps[i].Key.Compare(ns[j].Key)
-		}
-		switch {
-		case c < 0: // only in prev: kept
-			out.Services = append(out.Services, ps[i])
-			i++
-		case c > 0: // new
-			out.Services = append(out.Services, ns[j])
-			j++
-		default:
-			s := ns[j]
-			if Gone(ps[i].Dests, s.Dests) > 0 {
-				s.Dests = unionDests(s.Dests, ps[i].Dests)
-			}
+			s := *n
+			s.Dests = unionDests(n.Dests, p.Dests)
 			out.Services = append(out.Services, s)
-			i++
-			j++
 		}
-	}
+	})
 	out.VIPs = unionAddrs(prev.VIPs, next.VIPs)
 	out.NodeAddrs = unionAddrs(prev.NodeAddrs, next.NodeAddrs)
 	out.Announce = make(map[string][]netip.Addr, len(next.Announce))
@@ -53,6 +36,34 @@ func KeepRemoved(prev, next State) State {
 		out.Announce[iface] = unionAddrs(out.Announce[iface], vips)
 	}
 	return out
+}
+
+// Pair walks two lists of virtual servers sorted by key side by side and
+// calls f once per key: with both, or with nil for the side that lacks it.
+func Pair(a, b []Service, f func(a, b *Service)) {
+	for i, j := 0, 0; i < len(a) || j < len(b); {
+		c := 0
+		switch {
+		case i == len(a):
+			c = 1
+		case j == len(b):
+			c = -1
+		default:
+			c = a[i].Key.Compare(b[j].Key)
+		}
+		switch {
+		case c < 0:
+			f(&a[i], nil)
+			i++
+		case c > 0:
+			f(nil, &b[j])
+			j++
+		default:
+			f(&a[i], &b[j])
+			i++
+			j++
+		}
+	}
 }
 
 // Gone counts the destinations of a that are not in b (both sorted by

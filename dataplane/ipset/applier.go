@@ -120,31 +120,11 @@ func (a *Applier) applyChanges(st *desired.State) (Stats, error) {
 		}
 	}
 	// Both lists are sorted by key: walk them side by side.
-	ps, ss := prev.Services, st.Services
-	for i, j := 0, 0; i < len(ps) || j < len(ss); {
-		var c int
-		switch {
-		case i == len(ps):
-			c = 1
-		case j == len(ss):
-			c = -1
-		default:
-			c = ps[i].Key.Compare(ss[j].Key)
+	desired.Pair(prev.Services, st.Services, func(p, s *desired.Service) {
+		if p == nil || s == nil || !desired.SameMembers(p, s) {
+			change(p, s)
 		}
-		switch {
-		case c < 0:
-			change(&ps[i], nil)
-			i++
-		case c > 0:
-			change(nil, &ss[j])
-			j++
-		default:
-			if !desired.SameMembers(&ps[i], &ss[j]) {
-				change(&ps[i], &ss[j])
-			}
-			i, j = i+1, j+1
-		}
-	}
+	})
 	var adds, dels []key
 	for k, was := range before {
 		now := a.count[k]
