@@ -2,8 +2,6 @@ package dataplane
 
 import (
 	"log/slog"
-	"net/netip"
-	"slices"
 
 	"github.com/lbdproject/lbd/dataplane/desired"
 )
@@ -35,12 +33,12 @@ func logChanges(log *slog.Logger, prev, next []desired.Service) {
 			note("virtual server added", "virtual_server", n.Key.String(), "service", n.Name, "source", n.Source.String())
 		case len(p.Dests) != len(n.Dests) || len(p.Dests) > 0 && &p.Dests[0] != &n.Dests[0]: // shared: nothing changed
 			for _, d := range n.Dests {
-				if !hasDest(p.Dests, d) {
+				if !desired.HasDest(p.Dests, d.Addr) {
 					note("real server added", "virtual_server", n.Key.String(), "real_server", d.Addr.String(), "weight", d.Weight, "source", d.Source().String())
 				}
 			}
 			for _, d := range p.Dests {
-				if !hasDest(n.Dests, d) {
+				if !desired.HasDest(n.Dests, d.Addr) {
 					note("real server removed", "virtual_server", n.Key.String(), "real_server", d.Addr.String(), "source", d.Source().String(),
 						"note", "kept at weight 0 while it drains, unless UDP or drain_timeout is 0")
 				}
@@ -50,9 +48,4 @@ func logChanges(log *slog.Logger, prev, next []desired.Service) {
 	if more > 0 {
 		log.Info("more virtual servers and real servers added or removed", "not_logged", more)
 	}
-}
-
-func hasDest(ds []desired.Dest, d desired.Dest) bool {
-	_, ok := slices.BinarySearchFunc(ds, d.Addr, func(x desired.Dest, a netip.AddrPort) int { return x.Addr.Compare(a) })
-	return ok
 }

@@ -125,9 +125,9 @@ type Dataplane struct {
 	// copied from it, when asked, while holding it.
 	applying chan struct{}
 
-	// applied is the desired state the last sync that was not held went
-	// for and the configuration it came from; only the sync goroutine
-	// writes them.
+	// applied is the state the last sync applied (next, with what the
+	// safety valve held back put back) and the configuration it came
+	// from; only the sync goroutine writes them.
 	applied    *desired.State
 	appliedCfg *config.Config
 	// holdBase is the applied state when the safety valve began holding
@@ -247,10 +247,9 @@ func (d *Dataplane) AppliedConfig() *config.Config {
 // one already in force then (its files unchanged since lbd last applied
 // them): a source answering short right after a restart (Consul hiding a
 // service) then cannot drain more than max_delete_fraction of those real
-// servers either. Call it before the first sync.
+// servers either. kernel is sorted by key (as ipvs.ReadOwned returns it).
+// Call it before the first sync.
 func (d *Dataplane) SetRestartBaseline(cfg *config.Config, kernel []desired.Service) {
-	kernel = slices.Clone(kernel)
-	slices.SortFunc(kernel, func(a, b desired.Service) int { return a.Key.Compare(b.Key) })
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.restart, d.restartCfg = kernel, cfg
@@ -262,11 +261,11 @@ func (d *Dataplane) SetRestartBaseline(cfg *config.Config, kernel []desired.Serv
 // source ranges, no SNAT mode) to be put back faithfully.
 func restartBase(kernel, next []desired.Service) desired.State {
 	var base desired.State
-	for _, k := range kernel {
-		if _, ok := slices.BinarySearchFunc(next, k.Key, func(s desired.Service, key desired.Key) int { return s.Key.Compare(key) }); ok {
-			base.Services = append(base.Services, k)
+	desired.Pair(kernel, next, func(k, n *desired.Service) {
+		if k != nil && n != nil {
+			base.Services = append(base.Services, *k)
 		}
-	}
+	})
 	return base
 }
 
@@ -647,13 +646,6 @@ func unchangedOnly(base, applied desired.State, old, cfg *config.Config) desired
 	for _, s := range applied.Services {
 		names[s.Key] = s.Name
 	}
-	byName := func(c *config.Config) map[string]*config.Service {
-		m := make(map[string]*config.Service, len(c.Services))
-		for i := range c.Services {
-			m[c.Services[i].Name] = &c.Services[i]
-		}
-		return m
-	}
 	before, after := byName(old), byName(cfg)
 	var out desired.State
 	for _, s := range base.Services {
@@ -665,6 +657,15 @@ func unchangedOnly(base, applied desired.State, old, cfg *config.Config) desired
 	return out
 }
 
+// byName indexes cfg's services by name.
+func byName(cfg *config.Config) map[string]*config.Service {
+	m := make(map[string]*config.Service, len(cfg.Services))
+	for i := range cfg.Services {
+		m[cfg.Services[i].Name] = &cfg.Services[i]
+	}
+	return m
+}
+
 // editBase is the state the new configuration (in.Config) would give with
 // the discovery and health of good, the inputs of the last sync the valve
 // did not hold: for the services the edit left as they were, the real
@@ -674,10 +675,7 @@ func unchangedOnly(base, applied desired.State, old, cfg *config.Config) desired
 // VIP:port.
 func editBase(good, in desired.Input) desired.State {
 	old, cfg := good.Config, in.Config
-	before := make(map[string]*config.Service, len(old.Services))
-	for i := range old.Services {
-		before[old.Services[i].Name] = &old.Services[i]
-	}
+	before := byName(old)
 	discovered := map[string][]config.RealServer{}
 	taken := map[desired.Key]bool{}
 	names := map[string]bool{}
@@ -725,27 +723,18 @@ func (d *Dataplane) hold(base, keep, next desired.State, maxFraction float64) (d
 // returns "" when it does not. Both lists are sorted by key.
 func tooManyDeletes(applied, next desired.State, maxFraction float64) string {
 	var svcGone, dests, destGone int
-	as, ns := applied.Services, next.Services
-	for i, j := 0, 0; i < len(as); {
-		a := &as[i]
-		c := -1
-		if j < len(ns) {
-			c = a.Key.Compare(ns[j].Key)
-		}
+	desired.Pair(applied.Services, next.Services, func(a, n *desired.Service) {
 		switch {
-		case c > 0:
-			j++
-			continue
-		case c < 0:
+		case a == nil:
+			return // new: no deletion
+		case n == nil:
 			svcGone++
 			destGone += len(a.Dests)
 		default:
-			destGone += desired.Gone(a.Dests, ns[j].Dests)
-			j++
+			destGone += desired.Gone(a.Dests, n.Dests)
 		}
 		dests += len(a.Dests)
-		i++
-	}
+	})
 	check := func(gone, total int, what string) string {
 		if total == 0 || float64(gone)/float64(total) <= maxFraction {
 			return ""

@@ -38,23 +38,32 @@ func (k *NetlinkKernel) Close() { k.h.Close() }
 // it (lbd plan --diff); a link of another type is the error EnsureLink
 // would return.
 func (k *NetlinkKernel) LinkExists(name string) (bool, error) {
+	l, err := k.dummyLink(name)
+	return l != nil, err
+}
+
+// dummyLink looks the link up: nil when there is none, an error when it
+// cannot be read or is not a dummy link.
+func (k *NetlinkKernel) dummyLink(name string) (netlink.Link, error) {
 	l, err := k.h.LinkByName(name)
 	var notFound netlink.LinkNotFoundError
 	switch {
 	case errors.As(err, &notFound):
-		return false, nil
+		return nil, nil
 	case err != nil:
-		return false, fmt.Errorf("looking up link %s: %w", name, err)
+		return nil, fmt.Errorf("looking up link %s: %w", name, err)
 	case l.Type() != "dummy":
-		return true, fmt.Errorf("%s exists and is a %s link, not dummy: choose another [dataplane] interface", name, l.Type())
+		return nil, fmt.Errorf("%s exists and is a %s link, not dummy: choose another [dataplane] interface", name, l.Type())
 	}
-	return true, nil
+	return l, nil
 }
 
 func (k *NetlinkKernel) EnsureLink(name string) error {
-	l, err := k.h.LinkByName(name)
-	var notFound netlink.LinkNotFoundError
-	if errors.As(err, &notFound) {
+	l, err := k.dummyLink(name)
+	if err != nil {
+		return err
+	}
+	if l == nil {
 		if err := k.h.LinkAdd(&netlink.Dummy{LinkAttrs: netlink.LinkAttrs{Name: name}}); err != nil {
 			if errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.ENOENT) {
 				return fmt.Errorf("creating dummy link: %w (is the dummy module loaded? modprobe dummy)", err)
@@ -64,11 +73,6 @@ func (k *NetlinkKernel) EnsureLink(name string) error {
 		if l, err = k.h.LinkByName(name); err != nil {
 			return err
 		}
-	} else if err != nil {
-		return err
-	}
-	if l.Type() != "dummy" {
-		return fmt.Errorf("%s exists and is a %s link, not dummy: choose another [dataplane] interface", name, l.Type())
 	}
 	k.link = l
 	if l.Attrs().Flags&net.FlagUp == 0 {

@@ -74,15 +74,17 @@ func Gone(a, b []Dest) int {
 	}
 	n := 0
 	for _, d := range a {
-		if _, ok := findDest(b, d.Addr); !ok {
+		if !HasDest(b, d.Addr) {
 			n++
 		}
 	}
 	return n
 }
 
-func findDest(ds []Dest, a netip.AddrPort) (int, bool) {
-	return slices.BinarySearchFunc(ds, a, func(x Dest, t netip.AddrPort) int { return x.Addr.Compare(t) })
+// HasDest reports whether ds (sorted by address) has a destination at a.
+func HasDest(ds []Dest, a netip.AddrPort) bool {
+	_, ok := slices.BinarySearchFunc(ds, a, func(x Dest, t netip.AddrPort) int { return x.Addr.Compare(t) })
+	return ok
 }
 
 // unionDests returns next's destinations plus prev's that next lacks,
@@ -90,7 +92,7 @@ func findDest(ds []Dest, a netip.AddrPort) (int, bool) {
 func unionDests(next, prev []Dest) []Dest {
 	out := slices.Clone(next)
 	for _, d := range prev {
-		if _, ok := findDest(next, d.Addr); !ok {
+		if !HasDest(next, d.Addr) {
 			out = append(out, d)
 		}
 	}
