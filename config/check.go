@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/lbdproject/lbd/lvs"
 )
 
 var (
@@ -37,7 +39,7 @@ var (
 // defaultCheck is the check of a service without [service.health_check]:
 // a TCP connect for TCP services; UDP has no protocol-neutral check, so
 // UDP real servers are taken as healthy unless a check is configured.
-func defaultCheck(p Protocol) HealthCheck {
+func defaultCheck(p lvs.Protocol) HealthCheck {
 	c := HealthCheck{
 		Type:           CheckTCP,
 		Interval:       2 * time.Second,
@@ -52,7 +54,7 @@ func defaultCheck(p Protocol) HealthCheck {
 		ExpectRcode:    "NOERROR",
 		User:           defaultCheckUser,
 	}
-	if p == UDP {
+	if p == lvs.UDP {
 		c.Type = CheckNone
 	}
 	return c

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/lbdproject/lbd/lvs"
 )
 
 func TestServiceFromConsul(t *testing.T) {
@@ -26,7 +28,7 @@ func TestServiceFromConsul(t *testing.T) {
 		}
 		want := []netip.Addr{netip.MustParseAddr("198.51.100.10"), netip.MustParseAddr("198.51.100.11")}
 		if s.Name != "api" || len(s.VIPs) != 2 || s.VIPs[0] != want[0] || s.VIPs[1] != want[1] || s.Port != 443 ||
-			s.Protocol != TCP || s.Scheduler != "sh" || len(s.SchedulerFlags) != 1 || !s.SessionAffinity ||
+			s.Protocol != lvs.TCP || s.Scheduler != "sh" || len(s.SchedulerFlags) != 1 || !s.SessionAffinity ||
 			s.SessionAffinityTimeout != 10*time.Minute || len(s.SourceRanges) != 1 || s.SNAT != SNATNever || s.Quorum != 2 {
 			t.Errorf("service: %+v", s)
 		}

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 	"unsafe"
+
+	"github.com/lbdproject/lbd/lvs"
 )
 
 // Defaults, documented in docs/config-reference.md.
@@ -214,7 +216,7 @@ func parsePortRange(s string) (lo, hi uint16, ok bool) {
 // services or the global settings happen later, in validate.
 func decodeService(n *node) Service {
 	s := Service{
-		Protocol:               TCP,
+		Protocol:               lvs.TCP,
 		Scheduler:              defaultScheduler,
 		SessionAffinityTimeout: defaultAffinityTimeout,
 		SNAT:                   SNATAuto,
@@ -236,8 +238,8 @@ func decodeService(n *node) Service {
 	if v, ok := n.t.Get("protocol"); ok && v == "sctp" {
 		n.get("protocol")
 		n.errorf("protocol", "sctp is not supported yet (lbd has not proven it end to end); expected tcp or udp")
-	} else if n.oneOf("protocol", &proto, string(TCP), string(UDP)) {
-		s.Protocol = Protocol(proto)
+	} else if n.oneOf("protocol", &proto, string(lvs.TCP), string(lvs.UDP)) {
+		s.Protocol = lvs.Protocol(proto)
 	}
 
 	s.VIPs = n.addrs("vips")

@@ -15,6 +15,7 @@ import (
 
 	"github.com/lbdproject/lbd/config/internal/keypos"
 	"github.com/lbdproject/lbd/config/internal/tree"
+	"github.com/lbdproject/lbd/lvs"
 )
 
 // ConfDirOf returns the drop-in directory that belongs to a main file.
@@ -186,7 +187,7 @@ func validate(cfg *Config, errs *ErrorList) {
 	// no address).
 	type what struct {
 		ap    netip.AddrPort
-		proto Protocol
+		proto lvs.Protocol
 	}
 	names := make(map[string]Pos, len(cfg.Services))
 	claims := make(map[what]claim, len(cfg.Services))

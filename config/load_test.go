@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/lbdproject/lbd/lvs"
 )
 
 // writeConfig writes files (names relative to a fresh /etc/lbd-like
@@ -281,7 +283,7 @@ func TestExampleConfigLoads(t *testing.T) {
 	if web.RealServers[0].HealthCheck.Port != 0 {
 		t.Errorf("override leaked to another real server")
 	}
-	if dns.RealServers[0].Port != 53 || dns.Protocol != UDP || len(dns.VIPs) != 2 {
+	if dns.RealServers[0].Port != 53 || dns.Protocol != lvs.UDP || len(dns.VIPs) != 2 {
 		t.Errorf("dns: %+v", dns)
 	}
 	if !api.SessionAffinity || api.SessionAffinityTimeout != 3*time.Hour || api.NodePort != 30443 {
@@ -310,7 +312,7 @@ func TestDefaults(t *testing.T) {
 		t.Errorf("consul enabled without a [consul] table or a Consul-backed service")
 	}
 	web, u := cfg.Services[0], cfg.Services[1]
-	if web.Scheduler != "wrr" || web.Protocol != TCP || web.SNAT != SNATAuto || web.Announce != AnnounceRoute ||
+	if web.Scheduler != "wrr" || web.Protocol != lvs.TCP || web.SNAT != SNATAuto || web.Announce != AnnounceRoute ||
 		web.SessionAffinity || web.SessionAffinityTimeout != 10800*time.Second || web.Quorum != 1 || web.QuorumFallback != QuorumHealthy {
 		t.Errorf("service defaults: %+v", web)
 	}

@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/lbdproject/lbd/lvs"
 )
 
 // Default locations of the configuration.
@@ -146,14 +148,6 @@ type ConsulTLS struct {
 	InsecureSkipVerify bool
 }
 
-// Protocol is a virtual service's transport protocol.
-type Protocol string
-
-const (
-	TCP Protocol = "tcp"
-	UDP Protocol = "udp"
-)
-
 // SNATMode chooses whether the client's address is hidden from real servers.
 type SNATMode string
 
@@ -210,7 +204,7 @@ type Service struct {
 	Name     string
 	VIPs     []netip.Addr
 	Port     uint16 // 0 when the service has only a NodePort
-	Protocol Protocol
+	Protocol lvs.Protocol
 	// NodePort makes the service reachable at every node address on this
 	// port (NodePort-like); 0 disables it.
 	NodePort uint16

@@ -10,11 +10,12 @@ import (
 
 	"github.com/lbdproject/lbd/config"
 	"github.com/lbdproject/lbd/dataplane/desired"
+	"github.com/lbdproject/lbd/lvs"
 )
 
 func TestLogChanges(t *testing.T) {
-	key := func(last byte) desired.Key {
-		return desired.Key{Addr: netip.AddrFrom4([4]byte{192, 0, 2, last}), Port: 80, Protocol: config.TCP}
+	key := func(last byte) lvs.Key {
+		return lvs.Key{Addr: netip.AddrFrom4([4]byte{192, 0, 2, last}), Port: 80, Protocol: lvs.TCP}
 	}
 	dest := func(last byte, file string, line int) desired.Dest {
 		return desired.Dest{Addr: netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 0, 0, last}), 80), Weight: 1,

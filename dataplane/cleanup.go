@@ -4,8 +4,8 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/lbdproject/lbd/dataplane/desired"
 	"github.com/lbdproject/lbd/dataplane/ipvs"
+	"github.com/lbdproject/lbd/lvs"
 )
 
 // LinkDeleter removes lbd's dummy interface.
@@ -25,7 +25,7 @@ func Cleanup(k ipvs.Kernel, ledger ipvs.Ledger, links LinkDeleter, link string) 
 	}
 	// What the ledger lists but the kernel lacks is forgotten; what fails
 	// to go stays owned.
-	owned := map[desired.Key]bool{}
+	owned := map[lvs.Key]bool{}
 	for _, s := range inKernel {
 		if err := k.DeleteService(s.Key); err != nil {
 			errs = append(errs, fmt.Errorf("deleting virtual server %s: %w", s.Key, err))

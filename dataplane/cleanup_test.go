@@ -5,25 +5,24 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/lbdproject/lbd/config"
 	"github.com/lbdproject/lbd/dataplane"
 	"github.com/lbdproject/lbd/dataplane/addrs/fakeaddrs"
-	"github.com/lbdproject/lbd/dataplane/desired"
 	"github.com/lbdproject/lbd/dataplane/ipvs"
 	"github.com/lbdproject/lbd/dataplane/ipvs/fakeipvs"
+	"github.com/lbdproject/lbd/lvs"
 )
 
 func TestCleanupRemovesOnlyWhatLbdOwns(t *testing.T) {
-	mine := desired.Key{Addr: netip.MustParseAddr("192.0.2.10"), Port: 80, Protocol: config.TCP}
-	theirs := desired.Key{Addr: netip.MustParseAddr("192.0.2.11"), Port: 80, Protocol: config.TCP}
-	gone := desired.Key{Addr: netip.MustParseAddr("192.0.2.12"), Port: 80, Protocol: config.TCP}
+	mine := lvs.Key{Addr: netip.MustParseAddr("192.0.2.10"), Port: 80, Protocol: lvs.TCP}
+	theirs := lvs.Key{Addr: netip.MustParseAddr("192.0.2.11"), Port: 80, Protocol: lvs.TCP}
+	gone := lvs.Key{Addr: netip.MustParseAddr("192.0.2.12"), Port: 80, Protocol: lvs.TCP}
 	kv := &fakeipvs.Kernel{}
-	for _, k := range []desired.Key{mine, theirs} {
+	for _, k := range []lvs.Key{mine, theirs} {
 		if err := kv.AddService(ipvs.Service{Key: k, Scheduler: "rr"}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	ledger := &fakeipvs.Ledger{Keys: map[desired.Key]bool{mine: true, gone: true}}
+	ledger := &fakeipvs.Ledger{Keys: map[lvs.Key]bool{mine: true, gone: true}}
 	links := &fakeaddrs.Kernel{Links: map[string]map[netip.Addr]bool{
 		"lbd0": {netip.MustParseAddr("192.0.2.10"): true},
 		"eth0": {netip.MustParseAddr("198.51.100.1"): true},

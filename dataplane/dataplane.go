@@ -23,6 +23,7 @@ import (
 	"github.com/lbdproject/lbd/dataplane/iptables"
 	"github.com/lbdproject/lbd/dataplane/ipvs"
 	"github.com/lbdproject/lbd/dataplane/runner"
+	"github.com/lbdproject/lbd/lvs"
 )
 
 // IPVSApplier is what the dataplane needs of the IPVS applier.
@@ -78,7 +79,7 @@ type SyncResult struct {
 	SetEntries  int
 	// Failed lists the virtual servers whose kernel writes failed (the
 	// others were applied), sorted.
-	Failed []desired.Key
+	Failed []lvs.Key
 	// Waiting is set when the sync was skipped because not every source
 	// has delivered its first snapshot.
 	Waiting bool
@@ -109,7 +110,7 @@ type Dataplane struct {
 	discovered map[string][]config.RealServer
 	// discoveredServices are virtual services defined by discovery.
 	discoveredServices []config.Service
-	health             map[desired.HealthKey]bool
+	health             map[lvs.HealthKey]bool
 	healthVersion      uint64 // counts SetHealth calls: the health maps are replaced, never changed
 	hostAddrs          []netip.Addr
 	last               SyncResult
@@ -278,7 +279,7 @@ func (d *Dataplane) SyncingSince() (start time.Time, ok bool) {
 }
 
 // SetHealth replaces the health results and asks for a sync.
-func (d *Dataplane) SetHealth(h map[desired.HealthKey]bool) {
+func (d *Dataplane) SetHealth(h map[lvs.HealthKey]bool) {
 	d.mu.Lock()
 	d.health = h
 	d.healthVersion++
@@ -314,19 +315,19 @@ func (d *Dataplane) Last() SyncResult {
 // KernelWeigher is implemented by an IPVS applier that can say what the
 // kernel holds without reading it.
 type KernelWeigher interface {
-	KernelWeights() map[desired.Key]map[netip.AddrPort]int
+	KernelWeights() map[lvs.Key]map[netip.AddrPort]int
 }
 
 // ConnCounter is implemented by an IPVS applier that keeps the connection
 // counts of its last full dump.
 type ConnCounter interface {
-	KernelConns() map[desired.Key]map[netip.AddrPort]ipvs.Conns
+	KernelConns() map[lvs.Key]map[netip.AddrPort]ipvs.Conns
 }
 
 // KernelConns returns the destinations' connection counts as of the last
 // full reconcile; nil before one ran, or when a sync runs for longer than
 // viewWait.
-func (d *Dataplane) KernelConns() map[desired.Key]map[netip.AddrPort]ipvs.Conns {
+func (d *Dataplane) KernelConns() map[lvs.Key]map[netip.AddrPort]ipvs.Conns {
 	cc, ok := d.ipvs.(ConnCounter)
 	if !ok || !d.waitIdle(viewWait) {
 		return nil
@@ -338,7 +339,7 @@ func (d *Dataplane) KernelConns() map[desired.Key]map[netip.AddrPort]ipvs.Conns 
 // kernelWeights returns the IPVS applier's view of the kernel's weights,
 // copied when asked (status) rather than after every sync; nil when a sync
 // runs for longer than viewWait.
-func (d *Dataplane) kernelWeights() map[desired.Key]map[netip.AddrPort]int {
+func (d *Dataplane) kernelWeights() map[lvs.Key]map[netip.AddrPort]int {
 	kw, ok := d.ipvs.(KernelWeigher)
 	if !ok || !d.waitIdle(viewWait) {
 		return nil
@@ -373,7 +374,7 @@ type View struct {
 	// Kernel holds each destination's weight in the kernel as of the last
 	// sync; a missing entry is not in the kernel. It is nil when unknown:
 	// before the first sync, or while a long sync runs.
-	Kernel map[desired.Key]map[netip.AddrPort]int
+	Kernel map[lvs.Key]map[netip.AddrPort]int
 }
 
 // View returns the current desired state, the last sync and the kernel's
@@ -460,7 +461,7 @@ func (d *Dataplane) sync(_ context.Context, why runner.Reason) error {
 		errs = append(errs, p.errs...)
 	}
 	res.SetEntries, res.FilterRules, res.Draining, res.Failed = filterPart.setEntries, filterPart.rules, ir.Draining, ir.Failed
-	slices.SortFunc(res.Failed, desired.Key.Compare)
+	slices.SortFunc(res.Failed, lvs.Key.Compare)
 	res.Failed = slices.Compact(res.Failed)
 	if d.announce != nil {
 		d.announce.Set(st.Announce)
@@ -555,7 +556,7 @@ func (d *Dataplane) applyFilter(st *desired.State, cfg *config.Config, full bool
 			continue
 		}
 		fs, err := f.Apply(desired.Tables(cfg.Dataplane, fam), full)
-		p.add(fs.Dumps, fs.Writes, err, "ip%stables", map[int]string{4: "", 6: "6"}[fam])
+		p.add(fs.Dumps, fs.Writes, err, "%s", iptables.Tool(fam))
 		p.rules += fs.Rules
 	}
 	return p
@@ -642,7 +643,7 @@ func (d *Dataplane) valve(next desired.State, in desired.Input) (st desired.Stat
 // unchangedOnly keeps the virtual servers of base whose service (named by
 // applied) is the same in old and cfg.
 func unchangedOnly(base, applied desired.State, old, cfg *config.Config) desired.State {
-	names := make(map[desired.Key]string, len(applied.Services))
+	names := make(map[lvs.Key]string, len(applied.Services))
 	for _, s := range applied.Services {
 		names[s.Key] = s.Name
 	}
@@ -677,13 +678,13 @@ func editBase(good, in desired.Input) desired.State {
 	old, cfg := good.Config, in.Config
 	before := byName(old)
 	discovered := map[string][]config.RealServer{}
-	taken := map[desired.Key]bool{}
+	taken := map[lvs.Key]bool{}
 	names := map[string]bool{}
 	for i := range cfg.Services {
 		s := &cfg.Services[i]
 		names[s.Name] = true
 		for _, v := range s.VIPs {
-			taken[desired.Key{Addr: v, Port: s.Port, Protocol: s.Protocol}] = true
+			taken[lvs.Key{Addr: v, Port: s.Port, Protocol: s.Protocol}] = true
 		}
 		if o := before[s.Name]; o != nil && o.Same(s) {
 			discovered[s.Name] = good.Discovered[s.Name]
@@ -694,7 +695,7 @@ func editBase(good, in desired.Input) desired.State {
 		for _, s := range good.DiscoveredServices {
 			claimed := names[s.Name]
 			for _, v := range s.VIPs {
-				claimed = claimed || taken[desired.Key{Addr: v, Port: s.Port, Protocol: s.Protocol}]
+				claimed = claimed || taken[lvs.Key{Addr: v, Port: s.Port, Protocol: s.Protocol}]
 			}
 			if !claimed {
 				services = append(services, s)

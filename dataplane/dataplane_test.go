@@ -20,6 +20,7 @@ import (
 	"github.com/lbdproject/lbd/dataplane/desired"
 	"github.com/lbdproject/lbd/dataplane/ipvs"
 	"github.com/lbdproject/lbd/dataplane/ipvs/fakeipvs"
+	"github.com/lbdproject/lbd/lvs"
 )
 
 func parse(t *testing.T, text string) *config.Config {
@@ -135,17 +136,17 @@ real_server = [{ address = "10.0.1.1" }]
 		before := kv.String()
 
 		// Health (not the admin) would remove 2 of 3 real servers: held.
-		down := func(addrs ...string) map[desired.HealthKey]bool {
-			m := map[desired.HealthKey]bool{}
+		down := func(addrs ...string) map[lvs.HealthKey]bool {
+			m := map[lvs.HealthKey]bool{}
 			for _, a := range addrs {
-				m[desired.HealthKey{Service: "web", Addr: netip.MustParseAddrPort(a)}] = false
+				m[lvs.HealthKey{Service: "web", Addr: netip.MustParseAddrPort(a)}] = false
 			}
 			return m
 		}
 		// api's real server failing at the same time is drained (weight
 		// 0, no deletion): that part of the sync goes in.
 		h := down("10.0.0.1:80", "10.0.0.2:80", "10.0.0.4:80")
-		h[desired.HealthKey{Service: "api", Addr: netip.MustParseAddrPort("10.0.1.1:80")}] = false
+		h[lvs.HealthKey{Service: "api", Addr: netip.MustParseAddrPort("10.0.1.1:80")}] = false
 		dp.SetHealth(h)
 		time.Sleep(2 * time.Second)
 		synctest.Wait()
@@ -250,17 +251,17 @@ real_server = [{ address = "10.0.0.1" }, { address = "10.0.0.2" }, { address = "
 
 		// The admin adds a service the kernel refuses once.
 		edited := parse(t, web+"[[service]]\nname = \"api\"\nvips = [\"192.0.2.20\"]\nport = 443\n")
-		api := desired.Key{Addr: netip.MustParseAddr("192.0.2.20"), Port: 443, Protocol: config.TCP}
-		kv.Fail = map[desired.Key]error{api: syscall.EINVAL}
+		api := lvs.Key{Addr: netip.MustParseAddr("192.0.2.20"), Port: 443, Protocol: lvs.TCP}
+		kv.Fail = map[lvs.Key]error{api: syscall.EINVAL}
 		dp.SetConfig(edited)
 		synctest.Wait()
-		if last := dp.Last(); last.Err == nil || !slices.Equal(last.Failed, []desired.Key{api}) || !strings.Contains(kv.String(), "10.0.0.3:80 w=1") {
+		if last := dp.Last(); last.Err == nil || !slices.Equal(last.Failed, []lvs.Key{api}) || !strings.Contains(kv.String(), "10.0.0.3:80 w=1") {
 			t.Fatalf("refused service: %+v\n%s; want an error naming only api, web applied", last, kv)
 		}
 		before := kv.String()
-		down := map[desired.HealthKey]bool{}
+		down := map[lvs.HealthKey]bool{}
 		for _, a := range []string{"10.0.0.1:80", "10.0.0.2:80"} {
-			down[desired.HealthKey{Service: "web", Addr: netip.MustParseAddrPort(a)}] = false
+			down[lvs.HealthKey{Service: "web", Addr: netip.MustParseAddrPort(a)}] = false
 		}
 		dp.SetHealth(down)
 		time.Sleep(2 * time.Second)
@@ -315,7 +316,7 @@ real_server = [{ address = "10.0.0.1" }%s]
 			t.Errorf("after the retry: %+v\n%s", last, kv)
 		}
 		// Done: a later sync asks for nothing more.
-		dp.SetHealth(map[desired.HealthKey]bool{})
+		dp.SetHealth(map[lvs.HealthKey]bool{})
 		time.Sleep(2 * time.Second)
 		synctest.Wait()
 		if len(ct.calls) != 2 {
@@ -338,7 +339,7 @@ real_server = [{ address = "10.0.0.1" }]
 [service.consul]
 service = "web"
 `
-	web := desired.Key{Addr: netip.MustParseAddr("192.0.2.10"), Port: 80, Protocol: config.TCP}
+	web := lvs.Key{Addr: netip.MustParseAddr("192.0.2.10"), Port: 80, Protocol: lvs.TCP}
 	rs := func(last byte) netip.AddrPort {
 		return netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 0, 0, last}), 80)
 	}
@@ -373,7 +374,7 @@ service = "web"
 				if tt.baseline {
 					baseline = func(dp *dataplane.Dataplane) { dp.SetRestartBaseline(cfg, kernel) }
 				}
-				dp := start(t, dataplane.Options{IPVS: ipvs.New(kv, &fakeipvs.Ledger{Keys: map[desired.Key]bool{web: true}}), Sync: cfg.Sync}, baseline)
+				dp := start(t, dataplane.Options{IPVS: ipvs.New(kv, &fakeipvs.Ledger{Keys: map[lvs.Key]bool{web: true}}), Sync: cfg.Sync}, baseline)
 				// Consul answers with none of its three real servers.
 				dp.SetSources(cfg, nil, nil)
 				synctest.Wait()
@@ -411,23 +412,23 @@ func TestRefusedServiceKeepsSyncsIncremental(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		kv := &fakeipvs.Kernel{}
 		text := strings.Replace(conf, "%d", "3", 1) + "[[service]]\nname = \"api\"\nvips = [\"192.0.2.20\"]\nport = 443\nscheduler = \"mh\"\nreal_server = [{ address = \"10.0.1.1\" }]\n"
-		api := desired.Key{Addr: netip.MustParseAddr("192.0.2.20"), Port: 443, Protocol: config.TCP}
+		api := lvs.Key{Addr: netip.MustParseAddr("192.0.2.20"), Port: 443, Protocol: lvs.TCP}
 		cfg := parse(t, text)
 		dp := start(t, dataplane.Options{IPVS: ipvs.New(kv, &fakeipvs.Ledger{}), Sync: cfg.Sync})
 		// No ip_vs_mh: the kernel answers every add of api with ENOENT.
-		kv.Fail = map[desired.Key]error{api: syscall.ENOENT}
+		kv.Fail = map[lvs.Key]error{api: syscall.ENOENT}
 		dp.SetConfig(cfg)
 		synctest.Wait()
 		if last := dp.Last(); !errors.Is(last.Err, syscall.ENOENT) || !strings.Contains(kv.String(), "10.0.0.1:80 w=3") {
 			t.Fatalf("first sync: %+v\n%s", last, kv)
 		}
-		kv.Fail = map[desired.Key]error{api: syscall.ENOENT}
+		kv.Fail = map[lvs.Key]error{api: syscall.ENOENT}
 		dumps := func() int { n, _ := kv.Counts(); return n }
 		before := dumps()
 		dp.SetConfig(parse(t, strings.Replace(text, "weight = 3", "weight = 5", 1)))
 		synctest.Wait()
 		last := dp.Last()
-		if last.Reason.String() != "requested" || last.Dumps != 0 || dumps() != before || !slices.Equal(last.Failed, []desired.Key{api}) ||
+		if last.Reason.String() != "requested" || last.Dumps != 0 || dumps() != before || !slices.Equal(last.Failed, []lvs.Key{api}) ||
 			!strings.Contains(kv.String(), "10.0.0.1:80 w=5") {
 			t.Errorf("weight change beside a refused service: %+v, %d IPVS dumps\n%s; want a requested sync with no dump that sets w=5",
 				last, dumps()-before, kv)

@@ -11,6 +11,7 @@ import (
 	"github.com/lbdproject/lbd/dataplane/ipset"
 	"github.com/lbdproject/lbd/dataplane/iptables"
 	"github.com/lbdproject/lbd/dataplane/ipvs"
+	"github.com/lbdproject/lbd/lvs"
 )
 
 // DryRunIPVS reads through to a real IPVS kernel and records, instead of
@@ -38,23 +39,23 @@ func (d *DryRunIPVS) UpdateService(s ipvs.Service) error {
 	return d.record("~ %s", strings.Replace(desired.ServiceRule(desired.Service{Key: s.Key, Scheduler: s.Scheduler, Flags: s.Flags, Timeout: s.Timeout}), "-A", "-E", 1))
 }
 
-func (d *DryRunIPVS) DeleteService(k desired.Key) error {
+func (d *DryRunIPVS) DeleteService(k lvs.Key) error {
 	return d.record("- -D %s", svcFlag(k))
 }
 
-func (d *DryRunIPVS) AddDest(k desired.Key, dst ipvs.Dest) error {
+func (d *DryRunIPVS) AddDest(k lvs.Key, dst ipvs.Dest) error {
 	return d.record("+ -a %s -r %s -m -w %d", svcFlag(k), dst.Addr, dst.Weight)
 }
 
-func (d *DryRunIPVS) UpdateDest(k desired.Key, dst ipvs.Dest) error {
+func (d *DryRunIPVS) UpdateDest(k lvs.Key, dst ipvs.Dest) error {
 	return d.record("~ -e %s -r %s -m -w %d", svcFlag(k), dst.Addr, dst.Weight)
 }
 
-func (d *DryRunIPVS) DeleteDest(k desired.Key, a netip.AddrPort) error {
+func (d *DryRunIPVS) DeleteDest(k lvs.Key, a netip.AddrPort) error {
 	return d.record("- -d %s -r %s", svcFlag(k), a)
 }
 
-func svcFlag(k desired.Key) string {
+func svcFlag(k lvs.Key) string {
 	rule := desired.ServiceRule(desired.Service{Key: k, Scheduler: "x"})
 	rule = strings.TrimPrefix(rule, "-A ")
 	return strings.TrimSuffix(rule, " -s x")
@@ -110,7 +111,7 @@ func (d *DryRunAddrs) Delete(link string, a netip.Addr) error {
 // readOnlyLedger lets a dry run read ownership without recording any.
 type readOnlyLedger struct{ ipvs.Ledger }
 
-func (readOnlyLedger) SetOwned(map[desired.Key]bool) error { return nil }
+func (readOnlyLedger) SetOwned(map[lvs.Key]bool) error { return nil }
 
 // DryRunSets reads through to the real ipsets and records writes.
 type DryRunSets struct {
@@ -193,7 +194,7 @@ func Diff(cfg *config.Config, st desired.State, k DiffKernels) ([]string, error)
 		if !ok {
 			continue
 		}
-		df := &DryRunFilter{Runner: r, Tool: map[int]string{4: "iptables", 6: "ip6tables"}[fam]}
+		df := &DryRunFilter{Runner: r, Tool: iptables.Tool(fam)}
 		if _, err := iptables.New(df).Apply(desired.Tables(cfg.Dataplane, fam), true); err != nil {
 			return nil, err
 		}

@@ -13,6 +13,7 @@ import (
 	"github.com/lbdproject/lbd/dataplane/desired"
 	"github.com/lbdproject/lbd/dataplane/ipvs"
 	"github.com/lbdproject/lbd/dataplane/ipvs/fakeipvs"
+	"github.com/lbdproject/lbd/lvs"
 )
 
 func TestDiffPrintsWhatAFullSyncWouldWrite(t *testing.T) {
@@ -29,10 +30,10 @@ port = 53
 protocol = "udp"
 scheduler = "rr"
 `)
-	web := desired.Key{Addr: netip.MustParseAddr("192.0.2.10"), Port: 80, Protocol: "tcp"}
-	old := desired.Key{Addr: netip.MustParseAddr("192.0.2.99"), Port: 80, Protocol: "tcp"}
+	web := lvs.Key{Addr: netip.MustParseAddr("192.0.2.10"), Port: 80, Protocol: "tcp"}
+	old := lvs.Key{Addr: netip.MustParseAddr("192.0.2.99"), Port: 80, Protocol: "tcp"}
 	kv := &fakeipvs.Kernel{}
-	for _, k := range []desired.Key{web, old} {
+	for _, k := range []lvs.Key{web, old} {
 		if err := kv.AddService(ipvs.Service{Key: k, Scheduler: "wrr", Netmask: 0xffffffff}); err != nil {
 			t.Fatal(err)
 		}
@@ -44,7 +45,7 @@ scheduler = "rr"
 	}
 	ka := &fakeaddrs.Kernel{Links: map[string]map[netip.Addr]bool{"lbd0": {netip.MustParseAddr("192.0.2.99"): true}}}
 	before := kv.String()
-	ops, err := dataplane.Diff(cfg, desired.Compute(desired.Input{Config: cfg}), dataplane.DiffKernels{IPVS: kv, Ledger: &fakeipvs.Ledger{Keys: map[desired.Key]bool{old: true}}, Addrs: ka})
+	ops, err := dataplane.Diff(cfg, desired.Compute(desired.Input{Config: cfg}), dataplane.DiffKernels{IPVS: kv, Ledger: &fakeipvs.Ledger{Keys: map[lvs.Key]bool{old: true}}, Addrs: ka})
 	if err != nil {
 		t.Fatal(err)
 	}

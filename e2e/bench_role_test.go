@@ -37,6 +37,7 @@ import (
 	"github.com/lbdproject/lbd/dataplane/iptables"
 	"github.com/lbdproject/lbd/dataplane/ipvs"
 	"github.com/lbdproject/lbd/e2e/internal/topo"
+	"github.com/lbdproject/lbd/lvs"
 )
 
 const (
@@ -115,19 +116,19 @@ func (c countedIPVS) UpdateService(s ipvs.Service) error {
 	c.n.writes.Add(1)
 	return c.k.UpdateService(s)
 }
-func (c countedIPVS) DeleteService(k desired.Key) error {
+func (c countedIPVS) DeleteService(k lvs.Key) error {
 	c.n.writes.Add(1)
 	return c.k.DeleteService(k)
 }
-func (c countedIPVS) AddDest(k desired.Key, d ipvs.Dest) error {
+func (c countedIPVS) AddDest(k lvs.Key, d ipvs.Dest) error {
 	c.n.writes.Add(1)
 	return c.k.AddDest(k, d)
 }
-func (c countedIPVS) UpdateDest(k desired.Key, d ipvs.Dest) error {
+func (c countedIPVS) UpdateDest(k lvs.Key, d ipvs.Dest) error {
 	c.n.writes.Add(1)
 	return c.k.UpdateDest(k, d)
 }
-func (c countedIPVS) DeleteDest(k desired.Key, a netip.AddrPort) error {
+func (c countedIPVS) DeleteDest(k lvs.Key, a netip.AddrPort) error {
 	c.n.writes.Add(1)
 	return c.k.DeleteDest(k, a)
 }
@@ -266,7 +267,7 @@ func (w *timedIPVS) Apply(want []desired.Service, full bool) (ipvs.Result, error
 	return r, err
 }
 
-func (w *timedIPVS) KernelWeights() map[desired.Key]map[netip.AddrPort]int {
+func (w *timedIPVS) KernelWeights() map[lvs.Key]map[netip.AddrPort]int {
 	return w.a.KernelWeights()
 }
 
@@ -287,14 +288,14 @@ type timedLedger struct {
 	d time.Duration
 }
 
-func (w *timedLedger) Owned() (map[desired.Key]bool, error) {
+func (w *timedLedger) Owned() (map[lvs.Key]bool, error) {
 	start := time.Now()
 	m, err := w.l.Owned()
 	w.d += time.Since(start)
 	return m, err
 }
 
-func (w *timedLedger) SetOwned(m map[desired.Key]bool) error {
+func (w *timedLedger) SetOwned(m map[lvs.Key]bool) error {
 	start := time.Now()
 	err := w.l.SetOwned(m)
 	w.d += time.Since(start)

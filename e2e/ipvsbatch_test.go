@@ -33,9 +33,9 @@ import (
 
 	mobyipvs "github.com/moby/ipvs"
 
-	"github.com/lbdproject/lbd/config"
 	"github.com/lbdproject/lbd/dataplane/desired"
 	"github.com/lbdproject/lbd/dataplane/ipvs"
+	"github.com/lbdproject/lbd/lvs"
 )
 
 const ipvsBatchRoleEnv = "LBD_E2E_IPVSBATCH_ROLE"
@@ -201,7 +201,7 @@ func mobyService(s ipvs.Service) *mobyipvs.Service {
 	if s.Key.Addr.Is6() {
 		m.AddressFamily = syscall.AF_INET6
 	}
-	if s.Key.Protocol == config.UDP {
+	if s.Key.Protocol == lvs.UDP {
 		m.Protocol = syscall.IPPROTO_UDP
 	}
 	return m
@@ -291,8 +291,8 @@ func ipvsRules(t *testing.T, svcs []desired.Service) string {
 	return b.String()
 }
 
-func key(addr string, port uint16, proto config.Protocol) desired.Key {
-	return desired.Key{Addr: netip.MustParseAddr(addr), Port: port, Protocol: proto}
+func key(addr string, port uint16, proto lvs.Protocol) lvs.Key {
+	return lvs.Key{Addr: netip.MustParseAddr(addr), Port: port, Protocol: proto}
 }
 
 func dests(weights map[string]int, order ...string) []desired.Dest {
@@ -313,31 +313,31 @@ func dests(weights map[string]int, order ...string) []desired.Dest {
 func TestIPVSBatch(t *testing.T) {
 	requireIPVSForBatch(t)
 	good := []desired.Service{
-		{Key: key("198.18.0.1", 80, config.TCP), Scheduler: "wrr", Netmask: 0xffffffff,
+		{Key: key("198.18.0.1", 80, lvs.TCP), Scheduler: "wrr", Netmask: 0xffffffff,
 			Dests: dests(map[string]int{"198.19.0.1:8080": 1, "198.19.0.2:8080": 2, "198.19.0.3:8081": 3},
 				"198.19.0.1:8080", "198.19.0.2:8080", "198.19.0.3:8081")},
-		{Key: key("198.18.0.2", 53, config.UDP), Scheduler: "rr", Netmask: 0xffffffff,
+		{Key: key("198.18.0.2", 53, lvs.UDP), Scheduler: "rr", Netmask: 0xffffffff,
 			Dests: dests(map[string]int{"198.19.0.4:53": 1, "198.19.0.5:53": 0}, "198.19.0.4:53", "198.19.0.5:53")},
-		{Key: key("198.18.0.3", 443, config.TCP), Scheduler: "sh", Flags: desired.FlagSched1 | desired.FlagSched2, Netmask: 0xffffffff,
+		{Key: key("198.18.0.3", 443, lvs.TCP), Scheduler: "sh", Flags: desired.FlagSched1 | desired.FlagSched2, Netmask: 0xffffffff,
 			Dests: dests(map[string]int{"198.19.0.6:443": 7}, "198.19.0.6:443")},
-		{Key: key("198.18.0.6", 443, config.TCP), Scheduler: "wrr", Flags: desired.FlagPersistent, Timeout: 300, Netmask: 0xffffffff,
+		{Key: key("198.18.0.6", 443, lvs.TCP), Scheduler: "wrr", Flags: desired.FlagPersistent, Timeout: 300, Netmask: 0xffffffff,
 			Dests: dests(map[string]int{"198.19.0.7:443": 4}, "198.19.0.7:443")},
 		// Persistence and sh flags together: ipvsadm -Sn prints -p before -b.
-		{Key: key("198.18.0.7", 443, config.TCP), Scheduler: "sh", Flags: desired.FlagSched1 | desired.FlagPersistent, Timeout: 300, Netmask: 0xffffffff,
+		{Key: key("198.18.0.7", 443, lvs.TCP), Scheduler: "sh", Flags: desired.FlagSched1 | desired.FlagPersistent, Timeout: 300, Netmask: 0xffffffff,
 			Dests: dests(map[string]int{"198.19.0.8:443": 2}, "198.19.0.8:443")},
-		{Key: key("198.18.0.5", 5060, config.UDP), Scheduler: "lc", Flags: desired.FlagPersistent, Timeout: 1800, Netmask: 0xffffffff,
+		{Key: key("198.18.0.5", 5060, lvs.UDP), Scheduler: "lc", Flags: desired.FlagPersistent, Timeout: 1800, Netmask: 0xffffffff,
 			Dests: dests(map[string]int{"198.19.0.9:5060": 1}, "198.19.0.9:5060")},
-		{Key: key("2001:db8::10", 80, config.TCP), Scheduler: "wlc", Netmask: 128,
+		{Key: key("2001:db8::10", 80, lvs.TCP), Scheduler: "wlc", Netmask: 128,
 			Dests: dests(map[string]int{"[2001:db8:19::1]:8080": 5, "[2001:db8:19::2]:8080": 1},
 				"[2001:db8:19::1]:8080", "[2001:db8:19::2]:8080")},
-		{Key: key("2001:db8::11", 53, config.UDP), Scheduler: "rr", Flags: desired.FlagPersistent, Timeout: 600, Netmask: 128,
+		{Key: key("2001:db8::11", 53, lvs.UDP), Scheduler: "rr", Flags: desired.FlagPersistent, Timeout: 600, Netmask: 128,
 			Dests: dests(map[string]int{"[2001:db8:19::3]:53": 2}, "[2001:db8:19::3]:53")},
-		{Key: key("2001:db8::12", 443, config.TCP), Scheduler: "sh", Netmask: 128}, // no destinations
+		{Key: key("2001:db8::12", 443, lvs.TCP), Scheduler: "sh", Netmask: 128}, // no destinations
 	}
-	existing := desired.Service{Key: key("198.18.0.9", 80, config.TCP), Scheduler: "rr", Netmask: 0xffffffff,
+	existing := desired.Service{Key: key("198.18.0.9", 80, lvs.TCP), Scheduler: "rr", Netmask: 0xffffffff,
 		Dests: dests(map[string]int{"198.19.0.30:80": 1}, "198.19.0.30:80")}
 	// A multicast destination (EINVAL) and a repeated one (EEXIST).
-	badDests := desired.Service{Key: key("198.18.0.4", 80, config.TCP), Scheduler: "rr", Netmask: 0xffffffff,
+	badDests := desired.Service{Key: key("198.18.0.4", 80, lvs.TCP), Scheduler: "rr", Netmask: 0xffffffff,
 		Dests: dests(map[string]int{"198.19.0.20:80": 1, "224.0.0.5:80": 1, "198.19.0.21:80": 2},
 			"198.19.0.20:80", "224.0.0.5:80", "198.19.0.21:80", "198.19.0.20:80")}
 
@@ -347,7 +347,7 @@ func TestIPVSBatch(t *testing.T) {
 	ask = append(ask, existing, badDests)
 	ask = append(ask, good[5:]...)
 	// No module ip_vs_nosuch: the kernel answers ENOENT; not created.
-	ask = append(ask, desired.Service{Key: key("198.18.0.8", 80, config.TCP), Scheduler: "nosuch", Netmask: 0xffffffff,
+	ask = append(ask, desired.Service{Key: key("198.18.0.8", 80, lvs.TCP), Scheduler: "nosuch", Netmask: 0xffffffff,
 		Dests: dests(map[string]int{"198.19.0.40:80": 1}, "198.19.0.40:80")})
 	wantErr := map[int]string{
 		5: "adding virtual server 198.18.0.9:80/tcp: file exists",
@@ -477,7 +477,7 @@ func TestIPVSBatchBench(t *testing.T) {
 	// The services of benchConfig: VIP i, TCP 80, wrr, distinct real servers.
 	svcs := make([]desired.Service, p.services)
 	for i := range svcs {
-		s := desired.Service{Key: desired.Key{Addr: addrPlus(benchVIPBase, i), Port: 80, Protocol: config.TCP}, Scheduler: "wrr", Netmask: 0xffffffff}
+		s := desired.Service{Key: lvs.Key{Addr: addrPlus(benchVIPBase, i), Port: 80, Protocol: lvs.TCP}, Scheduler: "wrr", Netmask: 0xffffffff}
 		for j := range p.reals {
 			k := i*p.reals + j
 			s.Dests = append(s.Dests, desired.Dest{

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/lbdproject/lbd/config"
+	"github.com/lbdproject/lbd/lvs"
 )
 
 // Probe asks for one real server of one service to be checked.
@@ -27,12 +28,6 @@ type Probe struct {
 	// Check.Port when set, else to Addr's port.
 	Addr  netip.AddrPort
 	Check config.HealthCheck
-}
-
-// Key identifies a real server of a service, as health results are used.
-type Key struct {
-	Service string
-	Addr    netip.AddrPort
 }
 
 // Status is what status pages show of one check.
@@ -53,7 +48,7 @@ type Options struct {
 	// OnChange receives the complete health map after any real server
 	// changes state (and once when Run starts); calls are coalesced and
 	// never concurrent.
-	OnChange func(map[Key]bool)
+	OnChange func(map[lvs.HealthKey]bool)
 	// NewChecker builds checkers; nil means NewChecker.
 	NewChecker func(config.HealthCheck) (Checker, error)
 	// OnResult, when set, sees every check's outcome (metrics); it must
@@ -104,8 +99,8 @@ type check struct {
 	id      checkID
 	hc      config.HealthCheck
 	checker Checker
-	keys    []Key  // sorted
-	service string // Target.Service: the first of keys' services by name
+	keys    []lvs.HealthKey // sorted
+	service string          // Target.Service: the first of keys' services by name
 
 	// guarded by Manager.mu
 	queued  bool          // in Manager.queue: started
@@ -130,7 +125,7 @@ func New(opts Options) *Manager {
 		opts.NewChecker = NewChecker
 	}
 	if opts.OnChange == nil {
-		opts.OnChange = func(map[Key]bool) {}
+		opts.OnChange = func(map[lvs.HealthKey]bool) {}
 	}
 	return &Manager{opts: opts, notify: make(chan struct{}, 1), checks: map[checkID]*check{}}
 }
@@ -211,7 +206,7 @@ func (m *Manager) Set(probes []Probe, seed Seed) {
 			c.keys = nil
 			want[id] = c
 		}
-		c.keys = append(c.keys, Key{p.Service, p.Addr})
+		c.keys = append(c.keys, lvs.HealthKey{Service: p.Service, Addr: p.Addr})
 		if s, ok := seeded[c]; ok && seed[p.Addr] > s {
 			seeded[c] = seed[p.Addr]
 		}
@@ -226,7 +221,7 @@ func (m *Manager) Set(probes []Probe, seed Seed) {
 	}
 	for _, c := range want {
 		if len(c.keys) > 1 {
-			slices.SortFunc(c.keys, func(a, b Key) int {
+			slices.SortFunc(c.keys, func(a, b lvs.HealthKey) int {
 				if c := cmp.Compare(a.Service, b.Service); c != 0 {
 					return c
 				}
@@ -713,10 +708,10 @@ func (r *checkRun) cancel(err error) {
 }
 
 // Health returns every checked real server's health.
-func (m *Manager) Health() map[Key]bool {
+func (m *Manager) Health() map[lvs.HealthKey]bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	out := map[Key]bool{}
+	out := map[lvs.HealthKey]bool{}
 	for _, c := range m.checks {
 		for _, k := range c.keys {
 			out[k] = c.healthy
@@ -743,10 +738,10 @@ func (m *Manager) Status() []Status {
 
 // ByKey returns the status of the check of every real server of every
 // service, for status pages that list real servers per service.
-func (m *Manager) ByKey() map[Key]Status {
+func (m *Manager) ByKey() map[lvs.HealthKey]Status {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	out := map[Key]Status{}
+	out := map[lvs.HealthKey]Status{}
 	for _, c := range m.checks {
 		st := statusOf(c)
 		for _, k := range c.keys {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/lbdproject/lbd/config"
+	"github.com/lbdproject/lbd/lvs"
 )
 
 // fakeChecker fails for the targets in down and records each call's time.
@@ -67,14 +68,14 @@ type harness struct {
 	m       *Manager
 	f       *fakeChecker
 	mu      sync.Mutex
-	changes []map[Key]bool
+	changes []map[lvs.HealthKey]bool
 }
 
 func newHarness(t *testing.T) *harness {
 	h := &harness{f: &fakeChecker{down: map[netip.AddrPort]bool{}, calls: map[netip.AddrPort][]time.Duration{}, start: time.Now()}}
 	h.m = New(Options{
 		NewChecker: func(config.HealthCheck) (Checker, error) { return h.f, nil },
-		OnChange: func(m map[Key]bool) {
+		OnChange: func(m map[lvs.HealthKey]bool) {
 			h.mu.Lock()
 			h.changes = append(h.changes, maps.Clone(m))
 			h.mu.Unlock()
@@ -87,7 +88,7 @@ func newHarness(t *testing.T) *harness {
 	return h
 }
 
-func (h *harness) last() map[Key]bool {
+func (h *harness) last() map[lvs.HealthKey]bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if len(h.changes) == 0 {
@@ -101,23 +102,23 @@ func TestRiseAndFall(t *testing.T) {
 		h := newHarness(t)
 		h.m.Set([]Probe{{"web", rs1, tcpCheck(true)}, {"web", rs2, tcpCheck(false)}}, nil)
 		synctest.Wait()
-		if got := h.last(); !got[Key{"web", rs1}] || got[Key{"web", rs2}] {
+		if got := h.last(); !got[lvs.HealthKey{Service: "web", Addr: rs1}] || got[lvs.HealthKey{Service: "web", Addr: rs2}] {
 			t.Fatalf("initial states %v; want rs1 healthy (initial_state healthy), rs2 not", got)
 		}
 		time.Sleep(2 * time.Second) // two passing checks each
 		synctest.Wait()
-		if got := h.last(); !got[Key{"web", rs2}] {
+		if got := h.last(); !got[lvs.HealthKey{Service: "web", Addr: rs2}] {
 			t.Errorf("after rise=2 successes rs2 is still down: %v", got)
 		}
 		h.f.set(rs1, true)
 		time.Sleep(2 * time.Second)
 		synctest.Wait()
-		if got := h.last(); !got[Key{"web", rs1}] {
+		if got := h.last(); !got[lvs.HealthKey{Service: "web", Addr: rs1}] {
 			t.Errorf("rs1 down after 2 failures; fall is 3")
 		}
 		time.Sleep(time.Second)
 		synctest.Wait()
-		if got := h.last(); got[Key{"web", rs1}] {
+		if got := h.last(); got[lvs.HealthKey{Service: "web", Addr: rs1}] {
 			t.Errorf("rs1 still up after 3 failures")
 		}
 		st := h.m.Status()
@@ -155,10 +156,10 @@ func TestReloadKeepsStateAndSeedWins(t *testing.T) {
 		h.m.Set([]Probe{{"web", rs1, tcpCheck(true)}, {"web", rs2, tcpCheck(false)}}, Seed{rs2: SeedServed})
 		synctest.Wait()
 		got := h.last()
-		if got[Key{"web", rs1}] {
+		if got[lvs.HealthKey{Service: "web", Addr: rs1}] {
 			t.Errorf("a reload reset rs1's state to healthy")
 		}
-		if !got[Key{"web", rs2}] {
+		if !got[lvs.HealthKey{Service: "web", Addr: rs2}] {
 			t.Errorf("rs2, served by the kernel at start, should start healthy despite initial_state unhealthy")
 		}
 		// A changed check definition starts fresh.
@@ -166,7 +167,7 @@ func TestReloadKeepsStateAndSeedWins(t *testing.T) {
 		changed.Path = "/x"
 		h.m.Set([]Probe{{"web", rs1, changed}}, nil)
 		synctest.Wait()
-		if !h.last()[Key{"web", rs1}] {
+		if !h.last()[lvs.HealthKey{Service: "web", Addr: rs1}] {
 			t.Errorf("a new check definition kept the old state")
 		}
 	})
@@ -186,49 +187,49 @@ func TestSetSeed(t *testing.T) {
 		before []Probe // Set first without a seed: checks already running
 		probes []Probe
 		seed   Seed
-		want   map[Key]bool
+		want   map[lvs.HealthKey]bool
 	}{
 		{
 			name:   "no seed: initial state",
 			probes: []Probe{{"web", rs1, tcpCheck(true)}, {"web", rs2, tcpCheck(false)}},
-			want:   map[Key]bool{{"web", rs1}: true, {"web", rs2}: false},
+			want:   map[lvs.HealthKey]bool{hk("web", rs1): true, hk("web", rs2): false},
 		},
 		{
 			name:   "absent from the seed: initial state",
 			probes: []Probe{{"web", rs1, tcpCheck(true)}, {"web", rs2, tcpCheck(false)}},
 			seed:   Seed{netip.MustParseAddrPort("10.0.0.9:80"): SeedHeld},
-			want:   map[Key]bool{{"web", rs1}: true, {"web", rs2}: false},
+			want:   map[lvs.HealthKey]bool{hk("web", rs1): true, hk("web", rs2): false},
 		},
 		{
 			name:   "served starts healthy despite initial_state unhealthy",
 			probes: []Probe{{"web", rs1, tcpCheck(false)}},
 			seed:   Seed{rs1: SeedServed},
-			want:   map[Key]bool{{"web", rs1}: true},
+			want:   map[lvs.HealthKey]bool{hk("web", rs1): true},
 		},
 		{
 			name:   "held at 0 starts unhealthy despite initial_state healthy",
 			probes: []Probe{{"web", rs1, tcpCheck(true)}},
 			seed:   Seed{rs1: SeedHeld},
-			want:   map[Key]bool{{"web", rs1}: false},
+			want:   map[lvs.HealthKey]bool{hk("web", rs1): false},
 		},
 		{
 			name:   "a shared check served for one real server starts healthy",
 			probes: []Probe{{"web", rs1, shared(false)}, {"tls", rs3, shared(false)}},
 			seed:   Seed{rs1: SeedHeld, rs3: SeedServed},
-			want:   map[Key]bool{{"web", rs1}: true, {"tls", rs3}: true},
+			want:   map[lvs.HealthKey]bool{hk("web", rs1): true, hk("tls", rs3): true},
 		},
 		{
 			name:   "a shared check held for one real server and unknown for the other starts unhealthy",
 			probes: []Probe{{"web", rs1, shared(true)}, {"tls", rs3, shared(true)}},
 			seed:   Seed{rs3: SeedHeld},
-			want:   map[Key]bool{{"web", rs1}: false, {"tls", rs3}: false},
+			want:   map[lvs.HealthKey]bool{hk("web", rs1): false, hk("tls", rs3): false},
 		},
 		{
 			name:   "a running check keeps its state whatever the seed",
 			before: []Probe{{"web", rs1, tcpCheck(true)}, {"web", rs2, tcpCheck(false)}},
 			probes: []Probe{{"web", rs1, tcpCheck(true)}, {"web", rs2, tcpCheck(false)}},
 			seed:   Seed{rs1: SeedHeld, rs2: SeedServed},
-			want:   map[Key]bool{{"web", rs1}: true, {"web", rs2}: false},
+			want:   map[lvs.HealthKey]bool{hk("web", rs1): true, hk("web", rs2): false},
 		},
 	}
 	for _, tt := range tests {
@@ -494,4 +495,8 @@ func TestCheckerErrorRetried(t *testing.T) {
 			t.Errorf("%d checks in 3 intervals after the checker could be made; want 3", n)
 		}
 	})
+}
+
+func hk(service string, a netip.AddrPort) lvs.HealthKey {
+	return lvs.HealthKey{Service: service, Addr: a}
 }

@@ -5,15 +5,15 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/lbdproject/lbd/dataplane/desired"
 	"github.com/lbdproject/lbd/dataplane/ipvs"
+	"github.com/lbdproject/lbd/lvs"
 )
 
 // ipvsCollector serves the kernel's per-virtual-server counters of lbd's
 // services, read with one dump at each scrape.
 type ipvsCollector struct {
-	read  func() (map[desired.Key]ipvs.Counters, error)
-	names func() map[desired.Key]string
+	read  func() (map[lvs.Key]ipvs.Counters, error)
+	names func() map[lvs.Key]string
 
 	conns, pktsIn, pktsOut, bytesIn, bytesOut, errors *prometheus.Desc
 }
@@ -21,7 +21,7 @@ type ipvsCollector struct {
 // WatchIPVS serves per-virtual-server IPVS counters: read dumps the
 // kernel's counters, names maps lbd's virtual servers to their service
 // (virtual servers that are not lbd's are left out).
-func (m *Metrics) WatchIPVS(read func() (map[desired.Key]ipvs.Counters, error), names func() map[desired.Key]string) {
+func (m *Metrics) WatchIPVS(read func() (map[lvs.Key]ipvs.Counters, error), names func() map[lvs.Key]string) {
 	labels := []string{"service", "virtual_server"}
 	m.reg.MustRegister(&ipvsCollector{
 		read: read, names: names,
@@ -64,14 +64,14 @@ func (c *ipvsCollector) Collect(ch chan<- prometheus.Metric) {
 // realServerCollector serves per-real-server connection counts from the
 // reconciler's last full dump: no kernel read per scrape.
 type realServerCollector struct {
-	conns func() map[desired.Key]map[netip.AddrPort]ipvs.Conns
-	names func() map[desired.Key]string
+	conns func() map[lvs.Key]map[netip.AddrPort]ipvs.Conns
+	names func() map[lvs.Key]string
 	desc  *prometheus.Desc
 }
 
 // WatchRealServers serves lbd_ipvs_real_server_connections (opt-in: one
 // series per real server and state).
-func (m *Metrics) WatchRealServers(conns func() map[desired.Key]map[netip.AddrPort]ipvs.Conns, names func() map[desired.Key]string) {
+func (m *Metrics) WatchRealServers(conns func() map[lvs.Key]map[netip.AddrPort]ipvs.Conns, names func() map[lvs.Key]string) {
 	m.reg.MustRegister(&realServerCollector{conns: conns, names: names,
 		desc: prometheus.NewDesc("lbd_ipvs_real_server_connections",
 			"A real server's connections in the kernel by state (active, inactive), as of the last full reconcile.",

@@ -22,7 +22,7 @@ import (
 
 	"github.com/lbdproject/lbd/config"
 	"github.com/lbdproject/lbd/dataplane"
-	"github.com/lbdproject/lbd/healthcheck"
+	"github.com/lbdproject/lbd/lvs"
 )
 
 // Metrics holds lbd's registry and its metrics.
@@ -182,7 +182,7 @@ func (m *Metrics) ObserveCheck(typ config.CheckType, took time.Duration, err err
 // caller no longer modifies. The series are made from it when scraped: a
 // health change costs nothing here, and 100,000 checked real servers are
 // not kept a second time as stored series.
-func (m *Metrics) SetHealth(h map[healthcheck.Key]bool) {
+func (m *Metrics) SetHealth(h map[lvs.HealthKey]bool) {
 	m.realUp.mu.Lock()
 	m.realUp.health = h
 	m.realUp.mu.Unlock()
@@ -192,7 +192,7 @@ func (m *Metrics) SetHealth(h map[healthcheck.Key]bool) {
 type healthCollector struct {
 	desc   *prometheus.Desc
 	mu     sync.Mutex
-	health map[healthcheck.Key]bool
+	health map[lvs.HealthKey]bool
 }
 
 func (c *healthCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }

@@ -12,10 +12,9 @@ import (
 
 	"github.com/lbdproject/lbd/config"
 	"github.com/lbdproject/lbd/dataplane"
-	"github.com/lbdproject/lbd/dataplane/desired"
 	"github.com/lbdproject/lbd/dataplane/ipvs"
 	"github.com/lbdproject/lbd/dataplane/runner"
-	"github.com/lbdproject/lbd/healthcheck"
+	"github.com/lbdproject/lbd/lvs"
 )
 
 func TestObserveSync(t *testing.T) {
@@ -76,7 +75,7 @@ func TestHealthMetrics(t *testing.T) {
 	m := New()
 	m.ObserveCheck(config.CheckHTTP, 3*time.Millisecond, nil)
 	m.ObserveCheck(config.CheckHTTP, time.Second, errors.New("timeout"))
-	m.SetHealth(map[healthcheck.Key]bool{{Service: "web", Addr: netip.MustParseAddrPort("10.0.0.1:80")}: false})
+	m.SetHealth(map[lvs.HealthKey]bool{{Service: "web", Addr: netip.MustParseAddrPort("10.0.0.1:80")}: false})
 	err := testutil.GatherAndCompare(m.Registry(), strings.NewReader(`
 # HELP lbd_health_check_failures_total Health checks that failed, by check type.
 # TYPE lbd_health_check_failures_total counter
@@ -89,7 +88,7 @@ lbd_real_server_healthy{real_server="10.0.0.1:80",service="web"} 0
 		t.Error(err)
 	}
 	// A new map replaces the series: the real server gone, another up.
-	m.SetHealth(map[healthcheck.Key]bool{{Service: "web", Addr: netip.MustParseAddrPort("10.0.0.2:80")}: true})
+	m.SetHealth(map[lvs.HealthKey]bool{{Service: "web", Addr: netip.MustParseAddrPort("10.0.0.2:80")}: true})
 	err = testutil.GatherAndCompare(m.Registry(), strings.NewReader(`
 # HELP lbd_real_server_healthy 1 when a real server of a service passes its checks, 0 when it does not.
 # TYPE lbd_real_server_healthy gauge
@@ -128,12 +127,12 @@ lbd_consul_refused_registrations 2
 
 func TestIPVSMetrics(t *testing.T) {
 	m := New()
-	web := desired.Key{Addr: netip.MustParseAddr("192.0.2.10"), Port: 80, Protocol: config.TCP}
-	other := desired.Key{Addr: netip.MustParseAddr("192.0.2.99"), Port: 80, Protocol: config.TCP}
+	web := lvs.Key{Addr: netip.MustParseAddr("192.0.2.10"), Port: 80, Protocol: lvs.TCP}
+	other := lvs.Key{Addr: netip.MustParseAddr("192.0.2.99"), Port: 80, Protocol: lvs.TCP}
 	var readErr error
-	m.WatchIPVS(func() (map[desired.Key]ipvs.Counters, error) {
-		return map[desired.Key]ipvs.Counters{web: {Connections: 7, PacketsIn: 70, PacketsOut: 60, BytesIn: 7000, BytesOut: 90000}, other: {Connections: 1}}, readErr
-	}, func() map[desired.Key]string { return map[desired.Key]string{web: "web"} })
+	m.WatchIPVS(func() (map[lvs.Key]ipvs.Counters, error) {
+		return map[lvs.Key]ipvs.Counters{web: {Connections: 7, PacketsIn: 70, PacketsOut: 60, BytesIn: 7000, BytesOut: 90000}, other: {Connections: 1}}, readErr
+	}, func() map[lvs.Key]string { return map[lvs.Key]string{web: "web"} })
 	want := `
 # HELP lbd_ipvs_connections_total Connections IPVS scheduled for the virtual server.
 # TYPE lbd_ipvs_connections_total counter
@@ -160,11 +159,11 @@ lbd_ipvs_stats_read_errors 1
 
 func TestRealServerMetrics(t *testing.T) {
 	m := New()
-	web := desired.Key{Addr: netip.MustParseAddr("192.0.2.10"), Port: 80, Protocol: config.TCP}
+	web := lvs.Key{Addr: netip.MustParseAddr("192.0.2.10"), Port: 80, Protocol: lvs.TCP}
 	rs := netip.MustParseAddrPort("10.0.0.1:8080")
-	m.WatchRealServers(func() map[desired.Key]map[netip.AddrPort]ipvs.Conns {
-		return map[desired.Key]map[netip.AddrPort]ipvs.Conns{web: {rs: {Active: 3, Inactive: 9}}}
-	}, func() map[desired.Key]string { return map[desired.Key]string{web: "web"} })
+	m.WatchRealServers(func() map[lvs.Key]map[netip.AddrPort]ipvs.Conns {
+		return map[lvs.Key]map[netip.AddrPort]ipvs.Conns{web: {rs: {Active: 3, Inactive: 9}}}
+	}, func() map[lvs.Key]string { return map[lvs.Key]string{web: "web"} })
 	want := `
 # HELP lbd_ipvs_real_server_connections A real server's connections in the kernel by state (active, inactive), as of the last full reconcile.
 # TYPE lbd_ipvs_real_server_connections gauge

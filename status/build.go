@@ -12,11 +12,12 @@ import (
 	"github.com/lbdproject/lbd/dataplane/desired"
 	"github.com/lbdproject/lbd/discovery/file"
 	"github.com/lbdproject/lbd/healthcheck"
+	"github.com/lbdproject/lbd/lvs"
 )
 
 // Build assembles a Snapshot from the configuration source's status, the
 // dataplane's view and the ARP announcer's status.
-func Build(version string, now time.Time, cfg file.Status, v dataplane.View, ann []announce.InterfaceStatus, health map[healthcheck.Key]healthcheck.Status) Snapshot {
+func Build(version string, now time.Time, cfg file.Status, v dataplane.View, ann []announce.InterfaceStatus, health map[lvs.HealthKey]healthcheck.Status) Snapshot {
 	s := Snapshot{
 		Version: version,
 		Time:    now,
@@ -59,7 +60,7 @@ func Build(version string, now time.Time, cfg file.Status, v dataplane.View, ann
 	return s
 }
 
-func service(svc desired.Service, kernel map[netip.AddrPort]int, health map[healthcheck.Key]healthcheck.Status) Service {
+func service(svc desired.Service, kernel map[netip.AddrPort]int, health map[lvs.HealthKey]healthcheck.Status) Service {
 	out := Service{
 		Name:          svc.Name,
 		VirtualServer: svc.Key.String(),
@@ -104,8 +105,8 @@ func weightIn(kernel map[netip.AddrPort]int, addr netip.AddrPort) *int {
 	return &w
 }
 
-func healthOf(health map[healthcheck.Key]healthcheck.Status, service string, addr netip.AddrPort) *Health {
-	st, ok := health[healthcheck.Key{Service: service, Addr: addr}]
+func healthOf(health map[lvs.HealthKey]healthcheck.Status, service string, addr netip.AddrPort) *Health {
+	st, ok := health[lvs.HealthKey{Service: service, Addr: addr}]
 	if !ok {
 		return nil
 	}

@@ -14,10 +14,11 @@ import (
 	"github.com/lbdproject/lbd/dataplane"
 	"github.com/lbdproject/lbd/dataplane/desired"
 	"github.com/lbdproject/lbd/discovery/file"
+	"github.com/lbdproject/lbd/lvs"
 )
 
 func view() dataplane.View {
-	key := desired.Key{Addr: netip.MustParseAddr("192.0.2.10"), Port: 80, Protocol: config.TCP}
+	key := lvs.Key{Addr: netip.MustParseAddr("192.0.2.10"), Port: 80, Protocol: lvs.TCP}
 	rs1, rs2, gone := netip.MustParseAddrPort("10.0.0.1:80"), netip.MustParseAddrPort("10.0.0.2:80"), netip.MustParseAddrPort("10.0.0.3:80")
 	return dataplane.View{
 		Last: dataplane.SyncResult{Start: time.Unix(1000, 0), Duration: time.Millisecond, Writes: 2, Dumps: 1},
@@ -29,7 +30,7 @@ func view() dataplane.View {
 				{Addr: rs2, Weight: 0, Real: &config.RealServer{Weight: 1, Pos: config.Pos{File: "lbd.toml", Line: 11, Col: 1}}},
 			},
 		}}},
-		Kernel: map[desired.Key]map[netip.AddrPort]int{key: {rs1: 3, gone: 0}},
+		Kernel: map[lvs.Key]map[netip.AddrPort]int{key: {rs1: 3, gone: 0}},
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"github.com/lbdproject/lbd/dataplane"
 	"github.com/lbdproject/lbd/dataplane/desired"
 	"github.com/lbdproject/lbd/discovery/consul/registrar"
+	"github.com/lbdproject/lbd/lvs"
 	"github.com/lbdproject/lbd/metrics"
 	"github.com/lbdproject/lbd/status"
 )
@@ -35,7 +36,7 @@ func (d *daemon) register(res dataplane.SyncResult) {
 // registrations lists one Consul registration per VIP of each service
 // that asks for it; NodePort-like virtual servers are not registered. A
 // virtual server the kernel refused (failed) is registered critical.
-func registrations(regs map[string]config.ConsulRegister, st desired.State, failed []desired.Key) []registrar.Registration {
+func registrations(regs map[string]config.ConsulRegister, st desired.State, failed []lvs.Key) []registrar.Registration {
 	var out []registrar.Registration
 	vips := map[netip.Addr]bool{}
 	for _, v := range st.VIPs {
@@ -48,7 +49,7 @@ func registrations(regs map[string]config.ConsulRegister, st desired.State, fail
 		}
 		quorum := max(vs.Quorum, 1)
 		healthy, notes := vs.Healthy >= quorum, fmt.Sprintf("%d healthy real servers, quorum %d", vs.Healthy, quorum)
-		if _, refused := slices.BinarySearchFunc(failed, vs.Key, desired.Key.Compare); refused {
+		if _, refused := slices.BinarySearchFunc(failed, vs.Key, lvs.Key.Compare); refused {
 			healthy, notes = false, "the kernel refused this virtual server at the last sync (see lbd status)"
 		}
 		out = append(out, registrar.Registration{

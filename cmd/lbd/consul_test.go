@@ -6,13 +6,14 @@ import (
 
 	"github.com/lbdproject/lbd/config"
 	"github.com/lbdproject/lbd/dataplane/desired"
+	"github.com/lbdproject/lbd/lvs"
 )
 
 func TestRegistrations(t *testing.T) {
 	vip := netip.MustParseAddr("192.0.2.10")
 	node := netip.MustParseAddr("10.1.0.5")
 	vs := func(name string, addr netip.Addr, healthy, quorum int) desired.Service {
-		return desired.Service{Key: desired.Key{Addr: addr, Port: 80, Protocol: config.TCP}, Name: name, Healthy: healthy, Quorum: quorum}
+		return desired.Service{Key: lvs.Key{Addr: addr, Port: 80, Protocol: lvs.TCP}, Name: name, Healthy: healthy, Quorum: quorum}
 	}
 	st := desired.State{VIPs: []netip.Addr{vip}, Services: []desired.Service{
 		vs("web", vip, 2, 1),
@@ -35,7 +36,7 @@ func TestRegistrations(t *testing.T) {
 
 	// The kernel refused web's virtual server: critical, whatever its health.
 	st.Services = st.Services[:1]
-	got = registrations(regs, st, []desired.Key{st.Services[0].Key})
+	got = registrations(regs, st, []lvs.Key{st.Services[0].Key})
 	if len(got) != 1 || got[0].Healthy || got[0].Notes == "" {
 		t.Errorf("a refused virtual server must be registered critical: %+v", got)
 	}

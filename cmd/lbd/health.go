@@ -2,10 +2,10 @@ package main
 
 import (
 	"github.com/lbdproject/lbd/config"
-	"github.com/lbdproject/lbd/dataplane/desired"
 	"github.com/lbdproject/lbd/dataplane/ipvs"
 	"github.com/lbdproject/lbd/discovery/merge"
 	"github.com/lbdproject/lbd/healthcheck"
+	"github.com/lbdproject/lbd/lvs"
 	"github.com/lbdproject/lbd/status"
 )
 
@@ -30,15 +30,6 @@ func probes(cfg *config.Config, found merge.Result) []healthcheck.Probe {
 	}
 	for _, s := range found.Services {
 		add(s.Name, s.RealServers)
-	}
-	return out
-}
-
-// healthInput converts check results to the dataplane's input.
-func healthInput(h map[healthcheck.Key]bool) map[desired.HealthKey]bool {
-	out := make(map[desired.HealthKey]bool, len(h))
-	for k, v := range h {
-		out[desired.HealthKey{Service: k.Service, Addr: k.Addr}] = v
 	}
 	return out
 }
@@ -80,15 +71,15 @@ func kernelSeed(owned []ipvs.Service) healthcheck.Seed {
 
 // firstHealth is the health the first sync of a freshly (re)started lbd
 // uses: every check new, seeded from the kernel, none run yet.
-func firstHealth(cfg *config.Config, found merge.Result, seed healthcheck.Seed) map[desired.HealthKey]bool {
+func firstHealth(cfg *config.Config, found merge.Result, seed healthcheck.Seed) map[lvs.HealthKey]bool {
 	// A Manager that is not running runs no check: Set only sets states.
 	m := healthcheck.New(healthcheck.Options{})
 	m.Set(probes(cfg, found), seed)
-	return healthInput(m.Health())
+	return m.Health()
 }
 
 // conns indexes the kernel's connection counts for status.
-func conns(dests map[desired.Key][]ipvs.Dest) map[string]map[string]status.Conns {
+func conns(dests map[lvs.Key][]ipvs.Dest) map[string]map[string]status.Conns {
 	out := make(map[string]map[string]status.Conns, len(dests))
 	for k, ds := range dests {
 		m := make(map[string]status.Conns, len(ds))

@@ -8,23 +8,22 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/lbdproject/lbd/config"
-	"github.com/lbdproject/lbd/dataplane/desired"
 	"github.com/lbdproject/lbd/dataplane/ipvs"
 	"github.com/lbdproject/lbd/dataplane/ipvs/fakeipvs"
 	"github.com/lbdproject/lbd/healthcheck"
+	"github.com/lbdproject/lbd/lvs"
 )
 
 var (
-	vsWeb     = desired.Key{Addr: netip.MustParseAddr("192.0.2.10"), Port: 80, Protocol: config.TCP}
-	vsAPI     = desired.Key{Addr: netip.MustParseAddr("192.0.2.11"), Port: 80, Protocol: config.TCP}
-	vsForeign = desired.Key{Addr: netip.MustParseAddr("192.0.2.99"), Port: 80, Protocol: config.TCP}
+	vsWeb     = lvs.Key{Addr: netip.MustParseAddr("192.0.2.10"), Port: 80, Protocol: lvs.TCP}
+	vsAPI     = lvs.Key{Addr: netip.MustParseAddr("192.0.2.11"), Port: 80, Protocol: lvs.TCP}
+	vsForeign = lvs.Key{Addr: netip.MustParseAddr("192.0.2.99"), Port: 80, Protocol: lvs.TCP}
 	rsA       = netip.MustParseAddrPort("10.0.0.1:80")
 	rsB       = netip.MustParseAddrPort("10.0.0.2:80")
 	rsC       = netip.MustParseAddrPort("10.0.0.3:80")
 )
 
-func svc(k desired.Key, dests ...ipvs.Dest) ipvs.Service {
+func svc(k lvs.Key, dests ...ipvs.Dest) ipvs.Service {
 	return ipvs.Service{Key: k, Scheduler: "wrr", Dests: dests}
 }
 
@@ -32,7 +31,7 @@ func TestKernelSeed(t *testing.T) {
 	tests := []struct {
 		name  string
 		dump  []ipvs.Service
-		owned map[desired.Key]bool
+		owned map[lvs.Key]bool
 		want  healthcheck.Seed
 	}{
 		{
@@ -42,13 +41,13 @@ func TestKernelSeed(t *testing.T) {
 		{
 			name:  "served and held",
 			dump:  []ipvs.Service{svc(vsWeb, ipvs.Dest{Addr: rsA, Weight: 3}, ipvs.Dest{Addr: rsB, Weight: 0})},
-			owned: map[desired.Key]bool{vsWeb: true},
+			owned: map[lvs.Key]bool{vsWeb: true},
 			want:  healthcheck.Seed{rsA: healthcheck.SeedServed, rsB: healthcheck.SeedHeld},
 		},
 		{
 			name:  "served in one owned virtual server wins over held in another, in either order",
 			dump:  []ipvs.Service{svc(vsWeb, ipvs.Dest{Addr: rsA, Weight: 0}, ipvs.Dest{Addr: rsB, Weight: 1}), svc(vsAPI, ipvs.Dest{Addr: rsA, Weight: 1}, ipvs.Dest{Addr: rsB, Weight: 0})},
-			owned: map[desired.Key]bool{vsWeb: true, vsAPI: true},
+			owned: map[lvs.Key]bool{vsWeb: true, vsAPI: true},
 			want:  healthcheck.Seed{rsA: healthcheck.SeedServed, rsB: healthcheck.SeedServed},
 		},
 		{
@@ -58,13 +57,13 @@ func TestKernelSeed(t *testing.T) {
 				svc(vsWeb, ipvs.Dest{Addr: rsA, Weight: 0}),
 				svc(vsForeign, ipvs.Dest{Addr: rsA, Weight: 5}, ipvs.Dest{Addr: rsC, Weight: 5}),
 			},
-			owned: map[desired.Key]bool{vsWeb: true},
+			owned: map[lvs.Key]bool{vsWeb: true},
 			want:  healthcheck.Seed{rsA: healthcheck.SeedHeld},
 		},
 		{
 			name:  "nothing owned",
 			dump:  []ipvs.Service{svc(vsForeign, ipvs.Dest{Addr: rsA, Weight: 5})},
-			owned: map[desired.Key]bool{},
+			owned: map[lvs.Key]bool{},
 			want:  healthcheck.Seed{},
 		},
 	}
@@ -81,7 +80,7 @@ func TestKernelSeed(t *testing.T) {
 // failingLedger cannot be read.
 type failingLedger struct{ *fakeipvs.Ledger }
 
-func (failingLedger) Owned() (map[desired.Key]bool, error) { return nil, errors.New("bad json") }
+func (failingLedger) Owned() (map[lvs.Key]bool, error) { return nil, errors.New("bad json") }
 
 func TestReadSeed(t *testing.T) {
 	k := &fakeipvs.Kernel{}
@@ -95,7 +94,7 @@ func TestReadSeed(t *testing.T) {
 			}
 		}
 	}
-	got, err := readSeed(k, &fakeipvs.Ledger{Keys: map[desired.Key]bool{vsWeb: true}})
+	got, err := readSeed(k, &fakeipvs.Ledger{Keys: map[lvs.Key]bool{vsWeb: true}})
 	if err != nil {
 		t.Fatal(err)
 	}

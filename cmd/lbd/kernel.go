@@ -50,8 +50,8 @@ func openKernel(stateDir string) (_ *kernel, err error) {
 	}
 	k.backend = iptables.Detect()
 	k.filters = map[int]*iptables.ExecRunner{}
-	for fam, tool := range map[int]string{4: "iptables-restore", 6: "ip6tables-restore"} {
-		if _, err := exec.LookPath(tool); err == nil {
+	for _, fam := range []int{4, 6} {
+		if _, err := exec.LookPath(iptables.Tool(fam) + "-restore"); err == nil {
 			k.filters[fam] = iptables.NewExecRunner(fam, k.backend)
 		}
 	}
@@ -106,7 +106,7 @@ func (k *kernel) cleanup(cfg *config.Config) ([]string, error) {
 		d, err := iptables.Cleanup(r, desired.Tables(cfg.Dataplane, fam))
 		done = append(done, d...)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("ip%stables: %w", map[int]string{4: "", 6: "6"}[fam], err))
+			errs = append(errs, fmt.Errorf("%s: %w", iptables.Tool(fam), err))
 		}
 	}
 	d, err := dataplane.Cleanup(k.ipvs, k.ledger, k.addrs, cfg.Dataplane.Interface)

@@ -194,7 +194,7 @@ func writePlan(w io.Writer, cfg *config.Config, st desired.State) error {
 		}
 	}
 	for _, fam := range []int{4, 6} {
-		tool := map[int]string{4: "iptables", 6: "ip6tables"}[fam]
+		tool := iptables.Tool(fam)
 		fmt.Fprintf(w, "\n# %s (%s-restore --noflush)\n", tool, tool)
 		for _, t := range desired.Tables(cfg.Dataplane, fam) {
 			io.WriteString(w, desired.RestoreInput(t))

@@ -27,6 +27,7 @@ import (
 	"github.com/lbdproject/lbd/discovery/file"
 	"github.com/lbdproject/lbd/discovery/merge"
 	"github.com/lbdproject/lbd/healthcheck"
+	"github.com/lbdproject/lbd/lvs"
 	"github.com/lbdproject/lbd/metrics"
 	"github.com/lbdproject/lbd/status"
 )
@@ -192,9 +193,9 @@ func (d *daemon) start(ctx context.Context, cfg *config.Config) {
 	d.dp.OnSync(d.notify.onSync)
 	d.health = healthcheck.New(healthcheck.Options{
 		Logger: d.log,
-		OnChange: func(h map[healthcheck.Key]bool) {
+		OnChange: func(h map[lvs.HealthKey]bool) {
 			d.m.SetHealth(h)
-			d.dp.SetHealth(healthInput(h))
+			d.dp.SetHealth(h)
 		},
 		OnResult: d.m.ObserveCheck,
 	})
@@ -239,9 +240,9 @@ func (d *daemon) start(ctx context.Context, cfg *config.Config) {
 // virtualServerNames maps lbd's virtual servers to their service, for the
 // per-virtual-server metrics: from the last applied state, so a scrape
 // does not compute the desired state (110 ms at 10,000 services).
-func (d *daemon) virtualServerNames() map[desired.Key]string {
+func (d *daemon) virtualServerNames() map[lvs.Key]string {
 	st, _ := d.dp.Applied()
-	out := make(map[desired.Key]string, len(st.Services))
+	out := make(map[lvs.Key]string, len(st.Services))
 	for _, s := range st.Services {
 		out[s.Key] = s.Name
 	}
@@ -303,7 +304,7 @@ func (d *daemon) apply() {
 	d.regs.Store(&regs)
 	d.health.Set(probes(d.cfg, res), d.seed)
 	if d.seed != nil {
-		d.dp.SetHealth(healthInput(d.health.Health()))
+		d.dp.SetHealth(d.health.Health())
 		d.seed = nil
 	}
 	if d.restart != nil {

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/lbdproject/lbd/config"
+	"github.com/lbdproject/lbd/lvs"
 )
 
 // BenchmarkCompute10k is the desired state of scripts/bench.sh's size
@@ -17,14 +18,14 @@ func BenchmarkCompute10k(b *testing.B) {
 	const services, reals = 10000, 10
 	var text strings.Builder
 	text.WriteString("[dataplane]\nlocal_networks = [\"10.0.0.0/8\"]\n")
-	health := map[HealthKey]bool{}
+	health := map[lvs.HealthKey]bool{}
 	for i := range services {
 		name := fmt.Sprintf("svc%d", i)
 		fmt.Fprintf(&text, "[[service]]\nname = %q\nvips = [\"198.18.%d.%d\"]\nport = 80\n", name, i/250, i%250+1)
 		for j := range reals {
 			addr := fmt.Sprintf("10.%d.%d.%d", 1+i/250, i%250, j+1)
 			fmt.Fprintf(&text, "[[service.real_server]]\naddress = %q\n", addr)
-			health[HealthKey{name, netip.AddrPortFrom(netip.MustParseAddr(addr), 80)}] = true
+			health[lvs.HealthKey{Service: name, Addr: netip.AddrPortFrom(netip.MustParseAddr(addr), 80)}] = true
 		}
 	}
 	cfg, err := config.Parse([]string{"lbd.toml"}, [][]byte{[]byte(text.String())})
@@ -45,8 +46,8 @@ func BenchmarkCompute10k(b *testing.B) {
 	// event-driven sync computes.
 	b.Run("one-change", func(b *testing.B) {
 		flipped := maps.Clone(health)
-		flipped[HealthKey{"svc0", netip.MustParseAddrPort("10.1.0.1:80")}] = false
-		hs := [2]map[HealthKey]bool{health, flipped}
+		flipped[lvs.HealthKey{Service: "svc0", Addr: netip.MustParseAddrPort("10.1.0.1:80")}] = false
+		hs := [2]map[lvs.HealthKey]bool{health, flipped}
 		prev := Compute(in)
 		b.ReportAllocs()
 		i := 0

@@ -5,13 +5,12 @@
 package desired
 
 import (
-	"cmp"
-	"fmt"
 	"net/netip"
 	"slices"
 	"time"
 
 	"github.com/lbdproject/lbd/config"
+	"github.com/lbdproject/lbd/lvs"
 )
 
 // IPVS service flags (include/uapi/linux/ip_vs.h).
@@ -26,25 +25,9 @@ var schedFlagBits = map[string]uint32{
 	"sh-port": FlagSched2, "mh-port": FlagSched2,
 }
 
-// Key identifies an IPVS virtual server.
-type Key struct {
-	Addr     netip.Addr
-	Port     uint16
-	Protocol config.Protocol
-}
-
-func (k Key) String() string {
-	return fmt.Sprintf("%s/%s", netip.AddrPortFrom(k.Addr, k.Port), k.Protocol)
-}
-
-// Compare orders keys by address, port, then protocol.
-func (k Key) Compare(o Key) int {
-	return cmp.Or(k.Addr.Compare(o.Addr), cmp.Compare(k.Port, o.Port), cmp.Compare(k.Protocol, o.Protocol))
-}
-
 // Service is one IPVS virtual server with its destinations.
 type Service struct {
-	Key       Key
+	Key       lvs.Key
 	Scheduler string
 	// Flags are the IPVS flags lbd sets; the kernel adds others (hashed).
 	Flags uint32
@@ -183,12 +166,6 @@ func checked(reals ...[]config.RealServer) bool {
 	return false
 }
 
-// HealthKey identifies one real server of one service for health.
-type HealthKey struct {
-	Service string
-	Addr    netip.AddrPort
-}
-
 // Input is what Compute works from.
 type Input struct {
 	Config *config.Config
@@ -200,7 +177,7 @@ type Input struct {
 	DiscoveredServices []config.Service
 	// Health holds known health results. A real server without an entry
 	// gets its check's initial state (healthy with type "none").
-	Health map[HealthKey]bool
+	Health map[lvs.HealthKey]bool
 	// HostAddrs are the box's own addresses (all interfaces): the node
 	// addresses of NodePort-like services are chosen from them, and they
 	// may always reach source-restricted services.
@@ -332,20 +309,20 @@ func reuse(dests []Dest, prev *State, s *config.Service, hint int) ([]Dest, int)
 // one of its virtual servers, trying Services[hint] first; nil when it
 // had none. It also returns the index it looked at.
 func (st *State) lookupDests(s *config.Service, hint int) ([]Dest, int) {
-	var k Key
+	var k lvs.Key
 	switch {
 	case len(s.VIPs) > 0:
-		k = Key{Addr: s.VIPs[0], Port: s.Port, Protocol: s.Protocol}
+		k = lvs.Key{Addr: s.VIPs[0], Port: s.Port, Protocol: s.Protocol}
 	default:
 		i := slices.IndexFunc(st.NodeAddrs, func(a netip.Addr) bool { return family(a) == s.Family() })
 		if i < 0 {
 			return nil, hint
 		}
-		k = Key{Addr: st.NodeAddrs[i], Port: s.NodePort, Protocol: s.Protocol}
+		k = lvs.Key{Addr: st.NodeAddrs[i], Port: s.NodePort, Protocol: s.Protocol}
 	}
 	i, ok := hint, hint < len(st.Services) && st.Services[hint].Key == k
 	if !ok {
-		i, ok = slices.BinarySearchFunc(st.Services, k, func(v Service, k Key) int { return v.Key.Compare(k) })
+		i, ok = slices.BinarySearchFunc(st.Services, k, func(v Service, k lvs.Key) int { return v.Key.Compare(k) })
 	}
 	if !ok || st.Services[i].Name != s.Name {
 		return nil, hint
@@ -362,7 +339,7 @@ func family(a netip.Addr) int {
 
 func virtualServer(s *config.Service, vip netip.Addr, port uint16, dests []Dest) Service {
 	v := Service{
-		Key:          Key{Addr: vip, Port: port, Protocol: s.Protocol},
+		Key:          lvs.Key{Addr: vip, Port: port, Protocol: s.Protocol},
 		Scheduler:    s.Scheduler,
 		Dests:        dests,
 		DrainTimeout: s.DrainTimeout,
@@ -456,14 +433,14 @@ func dest(r *config.RealServer, weight int) Dest {
 	return Dest{Addr: r.AddrPort(), Weight: weight, Real: r}
 }
 
-func isHealthy(service string, r *config.RealServer, health map[HealthKey]bool) bool {
+func isHealthy(service string, r *config.RealServer, health map[lvs.HealthKey]bool) bool {
 	if r.Down {
 		return false
 	}
 	if r.HealthCheck.Type == config.CheckNone {
 		return true
 	}
-	if h, ok := health[HealthKey{service, r.AddrPort()}]; ok {
+	if h, ok := health[lvs.HealthKey{Service: service, Addr: r.AddrPort()}]; ok {
 		return h
 	}
 	return r.HealthCheck.InitialHealthy

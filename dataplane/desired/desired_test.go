@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/lbdproject/lbd/config"
+	"github.com/lbdproject/lbd/lvs"
 )
 
 func parse(t *testing.T, text string) *config.Config {
@@ -20,8 +21,8 @@ func parse(t *testing.T, text string) *config.Config {
 	return cfg
 }
 
-func hk(service, addr string) HealthKey {
-	return HealthKey{service, netip.MustParseAddrPort(addr)}
+func hk(service, addr string) lvs.HealthKey {
+	return lvs.HealthKey{Service: service, Addr: netip.MustParseAddrPort(addr)}
 }
 
 const twoReals = `
@@ -42,7 +43,7 @@ func TestCompute(t *testing.T) {
 	tests := []struct {
 		name       string
 		config     string
-		health     map[HealthKey]bool
+		health     map[lvs.HealthKey]bool
 		discovered map[string][]config.RealServer
 		want       string // ipvsadm -Sn form
 		wantVIPs   string
@@ -52,24 +53,24 @@ func TestCompute(t *testing.T) {
 			"-A -t 192.0.2.10:80 -s wrr\n-a -t 192.0.2.10:80 -r 10.0.0.1:80 -m -w 3\n-a -t 192.0.2.10:80 -r 10.0.0.2:8080 -m -w 1\n",
 			"192.0.2.10"},
 		{"unhealthy real server is drained by default",
-			strings.Replace(twoReals, "%s", "", 1), map[HealthKey]bool{hk("web", "10.0.0.1:80"): false, hk("web", "10.0.0.2:8080"): true}, nil,
+			strings.Replace(twoReals, "%s", "", 1), map[lvs.HealthKey]bool{hk("web", "10.0.0.1:80"): false, hk("web", "10.0.0.2:8080"): true}, nil,
 			"-A -t 192.0.2.10:80 -s wrr\n-a -t 192.0.2.10:80 -r 10.0.0.1:80 -m -w 0\n-a -t 192.0.2.10:80 -r 10.0.0.2:8080 -m -w 1\n",
 			"192.0.2.10"},
 		{"unhealthy real server is removed with on_unhealthy = remove",
-			strings.Replace(twoReals, "%s", `on_unhealthy = "remove"`, 1), map[HealthKey]bool{hk("web", "10.0.0.1:80"): false}, nil,
+			strings.Replace(twoReals, "%s", `on_unhealthy = "remove"`, 1), map[lvs.HealthKey]bool{hk("web", "10.0.0.1:80"): false}, nil,
 			"-A -t 192.0.2.10:80 -s wrr\n-a -t 192.0.2.10:80 -r 10.0.0.2:8080 -m -w 1\n",
 			"192.0.2.10"},
 		{"initial_state unhealthy keeps new real servers out until checked",
-			strings.Replace(twoReals, "%s", "[service.health_check]\ninitial_state = \"unhealthy\"", 1), map[HealthKey]bool{hk("web", "10.0.0.2:8080"): true}, nil,
+			strings.Replace(twoReals, "%s", "[service.health_check]\ninitial_state = \"unhealthy\"", 1), map[lvs.HealthKey]bool{hk("web", "10.0.0.2:8080"): true}, nil,
 			"-A -t 192.0.2.10:80 -s wrr\n-a -t 192.0.2.10:80 -r 10.0.0.1:80 -m -w 0\n-a -t 192.0.2.10:80 -r 10.0.0.2:8080 -m -w 1\n",
 			"192.0.2.10"},
 		{"type none ignores health results",
-			strings.Replace(twoReals, "%s", "[service.health_check]\ntype = \"none\"", 1), map[HealthKey]bool{hk("web", "10.0.0.1:80"): false}, nil,
+			strings.Replace(twoReals, "%s", "[service.health_check]\ntype = \"none\"", 1), map[lvs.HealthKey]bool{hk("web", "10.0.0.1:80"): false}, nil,
 			"-A -t 192.0.2.10:80 -s wrr\n-a -t 192.0.2.10:80 -r 10.0.0.1:80 -m -w 3\n-a -t 192.0.2.10:80 -r 10.0.0.2:8080 -m -w 1\n",
 			"192.0.2.10"},
 		{"below quorum, the sorry server serves and real servers drain",
 			strings.Replace(twoReals, "%s", `quorum = 2
-sorry_server = "10.0.0.99:80"`, 1), map[HealthKey]bool{hk("web", "10.0.0.1:80"): false}, nil,
+sorry_server = "10.0.0.99:80"`, 1), map[lvs.HealthKey]bool{hk("web", "10.0.0.1:80"): false}, nil,
 			"-A -t 192.0.2.10:80 -s wrr\n-a -t 192.0.2.10:80 -r 10.0.0.1:80 -m -w 0\n-a -t 192.0.2.10:80 -r 10.0.0.2:8080 -m -w 0\n-a -t 192.0.2.10:80 -r 10.0.0.99:80 -m -w 1\n",
 			"192.0.2.10"},
 		{"at quorum, the sorry server is not used",
@@ -79,12 +80,12 @@ sorry_server = "10.0.0.99:80"`, 1), nil, nil,
 			"192.0.2.10"},
 		{"below quorum with keep, every real server keeps its weight",
 			strings.Replace(twoReals, "%s", `quorum = 2
-quorum_fallback = "keep"`, 1), map[HealthKey]bool{hk("web", "10.0.0.1:80"): false}, nil,
+quorum_fallback = "keep"`, 1), map[lvs.HealthKey]bool{hk("web", "10.0.0.1:80"): false}, nil,
 			"-A -t 192.0.2.10:80 -s wrr\n-a -t 192.0.2.10:80 -r 10.0.0.1:80 -m -w 3\n-a -t 192.0.2.10:80 -r 10.0.0.2:8080 -m -w 1\n",
 			"192.0.2.10"},
 		{"below quorum with healthy, only healthy ones serve",
 			strings.Replace(twoReals, "%s", `quorum = 2
-on_unhealthy = "remove"`, 1), map[HealthKey]bool{hk("web", "10.0.0.1:80"): false}, nil,
+on_unhealthy = "remove"`, 1), map[lvs.HealthKey]bool{hk("web", "10.0.0.1:80"): false}, nil,
 			"-A -t 192.0.2.10:80 -s wrr\n-a -t 192.0.2.10:80 -r 10.0.0.2:8080 -m -w 1\n",
 			"192.0.2.10"},
 		{"discovered real servers join the configured ones",
@@ -215,7 +216,7 @@ real_server = [{ address = "10.0.0.4" }]
 	cfg := func(w int) *config.Config { return parse(t, strings.Replace(text, "%d", fmt.Sprint(w), 1)) }
 	base := cfg(1)
 	first := Compute(Input{Config: base, HostAddrs: host, HealthVersion: 1})
-	downB := map[HealthKey]bool{hk("b", "10.0.0.3:80"): false}
+	downB := map[lvs.HealthKey]bool{hk("b", "10.0.0.3:80"): false}
 	tests := []struct {
 		name    string
 		in      Input
@@ -255,8 +256,8 @@ real_server = [{ address = "10.0.0.4" }]
 }
 
 func TestKeepRemoved(t *testing.T) {
-	key := func(last byte) Key {
-		return Key{Addr: netip.AddrFrom4([4]byte{192, 0, 2, last}), Port: 80, Protocol: config.TCP}
+	key := func(last byte) lvs.Key {
+		return lvs.Key{Addr: netip.AddrFrom4([4]byte{192, 0, 2, last}), Port: 80, Protocol: lvs.TCP}
 	}
 	dest := func(last byte, w int) Dest {
 		return Dest{Addr: netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 0, 0, last}), 80), Weight: w}

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/lbdproject/lbd/config"
+	"github.com/lbdproject/lbd/lvs"
 )
 
 // SetType is an ipset type.
@@ -127,7 +128,7 @@ func SetSpecs() []SetSpec {
 // type: IP; Net; IP,Proto:Port; IP,Proto:Port,IP2; IP,Proto:Port,Net.
 type SetEntry struct {
 	IP    netip.Addr
-	Proto config.Protocol
+	Proto lvs.Protocol
 	Port  uint16
 	IP2   netip.Addr
 	Net   netip.Prefix

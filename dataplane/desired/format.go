@@ -5,7 +5,7 @@ import (
 	"io"
 	"strings"
 
-	"github.com/lbdproject/lbd/config"
+	"github.com/lbdproject/lbd/lvs"
 )
 
 // WriteIPVS writes the IPVS part of st in `ipvsadm -Sn` form, so that it
@@ -36,15 +36,15 @@ func ServiceRule(s Service) string {
 	return line
 }
 
-func serviceFlag(k Key) string {
+func serviceFlag(k lvs.Key) string {
 	opt := "-t"
-	if k.Protocol == config.UDP {
+	if k.Protocol == lvs.UDP {
 		opt = "-u"
 	}
 	return fmt.Sprintf("%s %s", opt, netipAddrPort(k))
 }
 
-func netipAddrPort(k Key) string {
+func netipAddrPort(k lvs.Key) string {
 	if k.Addr.Is6() {
 		return fmt.Sprintf("[%s]:%d", k.Addr, k.Port)
 	}

@@ -15,8 +15,8 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/lbdproject/lbd/config"
 	"github.com/lbdproject/lbd/dataplane/desired"
+	"github.com/lbdproject/lbd/lvs"
 )
 
 // Kernel is the kernel's ipsets.
@@ -381,9 +381,9 @@ func (k key) entry() desired.SetEntry {
 		return e
 	}
 	e.IP, e.Port = addr(k.ip), k.port
-	e.Proto = config.TCP
+	e.Proto = lvs.TCP
 	if k.proto == syscall.IPPROTO_UDP {
-		e.Proto = config.UDP
+		e.Proto = lvs.UDP
 	}
 	switch spec.Type {
 	case desired.HashIPPortIP:
@@ -395,8 +395,8 @@ func (k key) entry() desired.SetEntry {
 }
 
 // protoNum is the IP protocol number of p (TCP unless UDP).
-func protoNum(p config.Protocol) uint8 {
-	if p == config.UDP {
+func protoNum(p lvs.Protocol) uint8 {
+	if p == lvs.UDP {
 		return syscall.IPPROTO_UDP
 	}
 	return syscall.IPPROTO_TCP

@@ -14,8 +14,8 @@ import (
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
-	"github.com/lbdproject/lbd/config"
 	"github.com/lbdproject/lbd/dataplane/desired"
+	"github.com/lbdproject/lbd/lvs"
 )
 
 // The dump speaks the ipset netlink protocol as vishvananda/netlink's
@@ -315,9 +315,9 @@ func parseEntry(t desired.SetType, b []byte) (desired.SetEntry, error) {
 	}
 	e.IP = ip
 	if hasPort && hasProto {
-		e.Port, e.Proto = port, config.TCP
+		e.Port, e.Proto = port, lvs.TCP
 		if proto == syscall.IPPROTO_UDP {
-			e.Proto = config.UDP
+			e.Proto = lvs.UDP
 		}
 	}
 	if ip2.IsValid() {

@@ -18,9 +18,9 @@ import (
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
-	"github.com/lbdproject/lbd/config"
 	"github.com/lbdproject/lbd/dataplane/desired"
 	"github.com/lbdproject/lbd/internal/testnetns"
+	"github.com/lbdproject/lbd/lvs"
 )
 
 // kernelIn opens a NetlinkKernel in a fresh namespace.
@@ -84,9 +84,9 @@ func randomEntries(r *rand.Rand, spec desired.SetSpec, n int) []desired.SetEntry
 		case desired.HashNet:
 			e.Net = net()
 		default:
-			e.IP, e.Port, e.Proto = ip(), uint16(1+r.IntN(65535)), config.TCP
+			e.IP, e.Port, e.Proto = ip(), uint16(1+r.IntN(65535)), lvs.TCP
 			if r.IntN(2) == 0 {
-				e.Proto = config.UDP
+				e.Proto = lvs.UDP
 			}
 			switch spec.Type {
 			case desired.HashIPPortIP:
@@ -387,9 +387,9 @@ func fromNetlink(t desired.SetType, n netlink.IPSetEntry) (desired.SetEntry, err
 	e.IP = ip
 	if n.Port != nil && n.Protocol != nil {
 		e.Port = *n.Port
-		e.Proto = config.TCP
+		e.Proto = lvs.TCP
 		if *n.Protocol == syscall.IPPROTO_UDP {
-			e.Proto = config.UDP
+			e.Proto = lvs.UDP
 		}
 	}
 	ip2, ok := netip.AddrFromSlice(n.IP2)

@@ -56,10 +56,7 @@ func Detect() Backend {
 // falling back to the plain iptables-save/restore names where the
 // backend-specific ones are not installed.
 func NewExecRunner(family int, b Backend) *ExecRunner {
-	prefix := "iptables"
-	if family == 6 {
-		prefix = "ip6tables"
-	}
+	prefix := Tool(family)
 	r := &ExecRunner{save: prefix + "-" + string(b) + "-save", restore: prefix + "-" + string(b) + "-restore"}
 	if _, err := exec.LookPath(r.save); err != nil {
 		r.save, r.restore = prefix+"-save", prefix+"-restore"

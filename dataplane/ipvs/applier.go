@@ -14,13 +14,13 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/lbdproject/lbd/config"
 	"github.com/lbdproject/lbd/dataplane/desired"
+	"github.com/lbdproject/lbd/lvs"
 )
 
 // Service is a virtual server as the kernel holds it.
 type Service struct {
-	Key       desired.Key
+	Key       lvs.Key
 	Scheduler string
 	Flags     uint32
 	Timeout   uint32
@@ -43,17 +43,17 @@ type Kernel interface {
 	Dump() ([]Service, error)
 	AddService(Service) error
 	UpdateService(Service) error
-	DeleteService(desired.Key) error
-	AddDest(desired.Key, Dest) error
-	UpdateDest(desired.Key, Dest) error
-	DeleteDest(desired.Key, netip.AddrPort) error
+	DeleteService(lvs.Key) error
+	AddDest(lvs.Key, Dest) error
+	UpdateDest(lvs.Key, Dest) error
+	DeleteDest(lvs.Key, netip.AddrPort) error
 }
 
 // Ledger remembers which virtual servers lbd owns, across restarts, so
 // that lbd deletes only what it created or adopted.
 type Ledger interface {
-	Owned() (map[desired.Key]bool, error)
-	SetOwned(map[desired.Key]bool) error
+	Owned() (map[lvs.Key]bool, error)
+	SetOwned(map[lvs.Key]bool) error
 }
 
 // Stats counts the kernel work of one Apply.
@@ -73,12 +73,12 @@ type Result struct {
 	DeletedUDP []UDPDest
 	// Failed lists the virtual servers a kernel write failed for; the
 	// others were applied.
-	Failed []desired.Key
+	Failed []lvs.Key
 }
 
 // UDPDest is a deleted UDP destination of one virtual server.
 type UDPDest struct {
-	Service desired.Key
+	Service lvs.Key
 	Real    netip.AddrPort
 }
 
@@ -108,10 +108,10 @@ func Refusal(err error) error {
 type Applier struct {
 	k      Kernel
 	ledger Ledger
-	cache  map[desired.Key]*entry
+	cache  map[lvs.Key]*entry
 	// owned caches the ledger: the applier is its only writer, so it is
 	// read once (per process) rather than parsed on every sync.
-	owned map[desired.Key]bool
+	owned map[lvs.Key]bool
 	// valid is false until a dump succeeded and after any failed write:
 	// then the cache cannot be trusted and the next Apply dumps.
 	valid bool
@@ -188,7 +188,7 @@ func (a *Applier) Apply(want []desired.Service, full bool) (Result, error) {
 	}
 	// Record ownership before creating anything, so that a crash between
 	// the two can leave nothing lbd would not later remove.
-	next := make(map[desired.Key]bool, len(owned)+len(want))
+	next := make(map[lvs.Key]bool, len(owned)+len(want))
 	maps.Copy(next, owned)
 	for _, s := range want {
 		next[s.Key] = true
@@ -205,7 +205,7 @@ func (a *Applier) Apply(want []desired.Service, full bool) (Result, error) {
 	note := a.noter(&res, &errs)
 	now := time.Now()
 	failed := a.addNew(want, &res, &errs)
-	wanted := make(map[desired.Key]bool, len(want))
+	wanted := make(map[lvs.Key]bool, len(want))
 	for _, s := range want {
 		wanted[s.Key] = true
 		if failed[s.Key] {
@@ -227,7 +227,7 @@ func (a *Applier) Apply(want []desired.Service, full bool) (Result, error) {
 			continue
 		}
 		delete(a.cache, key)
-		if key.Protocol == config.UDP {
+		if key.Protocol == lvs.UDP {
 			for _, d := range e.dests {
 				res.DeletedUDP = append(res.DeletedUDP, UDPDest{key, d.addr})
 			}
@@ -264,12 +264,12 @@ type BatchAdder interface {
 // worked is cached, so applyService finds nothing left to write for it;
 // what failed may be partly created, so the kernel is read again at the
 // next sync: addNew returns those keys for this sync to leave alone.
-func (a *Applier) addNew(want []desired.Service, res *Result, errs *[]error) map[desired.Key]bool {
+func (a *Applier) addNew(want []desired.Service, res *Result, errs *[]error) map[lvs.Key]bool {
 	b, ok := a.k.(BatchAdder)
 	if !ok {
 		return nil
 	}
-	var failed map[desired.Key]bool
+	var failed map[lvs.Key]bool
 	var batch []Service
 	var from []*desired.Service
 	flush := func() {
@@ -282,7 +282,7 @@ func (a *Applier) addNew(want []desired.Service, res *Result, errs *[]error) map
 				}
 				*errs = append(*errs, fmt.Errorf("adding %s: %w", location{from[i]}, err))
 				if failed == nil {
-					failed = map[desired.Key]bool{}
+					failed = map[lvs.Key]bool{}
 				}
 				failed[svc.Key] = true
 				continue
@@ -478,11 +478,11 @@ func (a *Applier) applyService(s desired.Service, now time.Time, freshConns bool
 			continue
 		}
 		addr := ds.addr
-		deleteNow := s.Key.Protocol == config.UDP || s.DrainTimeout == 0 ||
+		deleteNow := s.Key.Protocol == lvs.UDP || s.DrainTimeout == 0 ||
 			(ds.draining != 0 && (since-ds.draining >= s.DrainTimeout || freshConns && ds.conns == 0))
 		if deleteNow {
 			if note(a.k.DeleteDest(s.Key, addr), "deleting real server %s from %s", addr, where) {
-				if s.Key.Protocol == config.UDP {
+				if s.Key.Protocol == lvs.UDP {
 					res.DeletedUDP = append(res.DeletedUDP, UDPDest{s.Key, addr})
 				}
 				continue
@@ -509,18 +509,18 @@ func (a *Applier) applyService(s desired.Service, now time.Time, freshConns bool
 
 // refresh replaces the cache with a dump of the kernel, keeping what lbd
 // owns or wants and the drain state of destinations still there.
-func (a *Applier) refresh(owned map[desired.Key]bool, want []desired.Service) error {
+func (a *Applier) refresh(owned map[lvs.Key]bool, want []desired.Service) error {
 	dump, err := a.k.Dump()
 	if err != nil {
 		a.valid = false
 		return fmt.Errorf("dumping IPVS: %w", err)
 	}
-	relevant := make(map[desired.Key]bool, len(owned)+len(want))
+	relevant := make(map[lvs.Key]bool, len(owned)+len(want))
 	maps.Copy(relevant, owned)
 	for _, s := range want {
 		relevant[s.Key] = true
 	}
-	cache := make(map[desired.Key]*entry, len(dump))
+	cache := make(map[lvs.Key]*entry, len(dump))
 	for _, s := range dump {
 		if !relevant[s.Key] {
 			continue // not lbd's: never touched
@@ -550,8 +550,8 @@ type Conns struct{ Active, Inactive int }
 // KernelConns returns each destination's connection counts as of the last
 // full reconcile's dump (stale by up to sync_period): metrics read them
 // without a kernel dump per scrape.
-func (a *Applier) KernelConns() map[desired.Key]map[netip.AddrPort]Conns {
-	out := make(map[desired.Key]map[netip.AddrPort]Conns, len(a.cache))
+func (a *Applier) KernelConns() map[lvs.Key]map[netip.AddrPort]Conns {
+	out := make(map[lvs.Key]map[netip.AddrPort]Conns, len(a.cache))
 	for k, e := range a.cache {
 		m := make(map[netip.AddrPort]Conns, len(e.dests))
 		for _, d := range e.dests {
@@ -564,8 +564,8 @@ func (a *Applier) KernelConns() map[desired.Key]map[netip.AddrPort]Conns {
 
 // KernelWeights returns the weight each destination has in the kernel as
 // far as the applier knows, for status and for seeding health on start.
-func (a *Applier) KernelWeights() map[desired.Key]map[netip.AddrPort]int {
-	out := make(map[desired.Key]map[netip.AddrPort]int, len(a.cache))
+func (a *Applier) KernelWeights() map[lvs.Key]map[netip.AddrPort]int {
+	out := make(map[lvs.Key]map[netip.AddrPort]int, len(a.cache))
 	for k, e := range a.cache {
 		m := make(map[netip.AddrPort]int, len(e.dests))
 		for _, d := range e.dests {

@@ -16,19 +16,20 @@ import (
 	"github.com/lbdproject/lbd/dataplane/desired"
 	"github.com/lbdproject/lbd/dataplane/ipvs"
 	"github.com/lbdproject/lbd/dataplane/ipvs/fakeipvs"
+	"github.com/lbdproject/lbd/lvs"
 )
 
 var (
-	web   = desired.Key{Addr: netip.MustParseAddr("192.0.2.10"), Port: 80, Protocol: config.TCP}
-	dns   = desired.Key{Addr: netip.MustParseAddr("192.0.2.53"), Port: 53, Protocol: config.UDP}
-	other = desired.Key{Addr: netip.MustParseAddr("198.51.100.1"), Port: 80, Protocol: config.TCP}
+	web   = lvs.Key{Addr: netip.MustParseAddr("192.0.2.10"), Port: 80, Protocol: lvs.TCP}
+	dns   = lvs.Key{Addr: netip.MustParseAddr("192.0.2.53"), Port: 53, Protocol: lvs.UDP}
+	other = lvs.Key{Addr: netip.MustParseAddr("198.51.100.1"), Port: 80, Protocol: lvs.TCP}
 	rs1   = netip.MustParseAddrPort("10.0.0.1:80")
 	rs2   = netip.MustParseAddrPort("10.0.0.2:80")
 	rs3   = netip.MustParseAddrPort("10.0.0.3:80")
 )
 
 // svc builds a desired virtual server with destinations "addr=weight".
-func svc(k desired.Key, sched string, dests ...any) desired.Service {
+func svc(k lvs.Key, sched string, dests ...any) desired.Service {
 	s := desired.Service{Key: k, Scheduler: sched, Name: "svc", Source: config.Pos{File: "test"}, DrainTimeout: time.Minute}
 	for i := 0; i < len(dests); i += 2 {
 		s.Dests = append(s.Dests, desired.Dest{Addr: dests[i].(netip.AddrPort), Weight: dests[i+1].(int)})
@@ -256,9 +257,9 @@ func TestOneBadServiceDoesNotBlockOthers(t *testing.T) {
 		for _, tt := range tests {
 			t.Run(kt.name+"/"+tt.name, func(t *testing.T) {
 				f := fixtureFor(kt.batch)
-				f.k.Fail = map[desired.Key]error{web: tt.err}
+				f.k.Fail = map[lvs.Key]error{web: tt.err}
 				res, err := f.a.Apply([]desired.Service{svc(web, "wrr", rs1, 1), svc(dns, "rr", rs2, 1)}, false)
-				if !slices.Equal(res.Failed, []desired.Key{web}) {
+				if !slices.Equal(res.Failed, []lvs.Key{web}) {
 					t.Errorf("Failed = %v; want [%v]", res.Failed, web)
 				}
 				if !errors.Is(err, tt.err) || !strings.Contains(err.Error(), "adding virtual server 192.0.2.10:80/tcp (service svc at test)") ||
@@ -282,7 +283,7 @@ func TestOneBadServiceDoesNotBlockOthers(t *testing.T) {
 // by comparing with the previous list), and requires the kernel to hold
 // exactly each table after every step; an unchanged table writes nothing.
 func TestRequestedSyncsFollowRandomChanges(t *testing.T) {
-	keys := []desired.Key{web, dns, other}
+	keys := []lvs.Key{web, dns, other}
 	addrs := []netip.AddrPort{rs1, rs2, rs3}
 	for seed := range uint64(20) {
 		r := rand.New(rand.NewPCG(seed, 2))

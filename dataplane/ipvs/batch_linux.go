@@ -20,9 +20,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/lbdproject/lbd/lvs"
 	"golang.org/x/sys/unix"
-
-	"github.com/lbdproject/lbd/config"
 )
 
 // Generic netlink and IPVS numbers, from include/uapi/linux/genetlink.h and
@@ -376,7 +375,7 @@ func (w *genlWriter) serviceKey(s *Service) {
 		w.attrU16(ipvsSvcAttrAddressFamily, unix.AF_INET)
 	}
 	proto := uint16(unix.IPPROTO_TCP)
-	if s.Key.Protocol == config.UDP {
+	if s.Key.Protocol == lvs.UDP {
 		proto = unix.IPPROTO_UDP
 	}
 	w.attrU16(ipvsSvcAttrProtocol, proto)

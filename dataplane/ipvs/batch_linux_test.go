@@ -11,8 +11,8 @@ import (
 
 	"github.com/vishvananda/netlink/nl"
 
-	"github.com/lbdproject/lbd/config"
 	"github.com/lbdproject/lbd/dataplane/desired"
+	"github.com/lbdproject/lbd/lvs"
 )
 
 // decoded is one request as the nl package reads it back.
@@ -65,12 +65,12 @@ func u32(b []byte) uint32 { return binary.NativeEndian.Uint32(b) }
 
 func TestEncodeRequests(t *testing.T) {
 	v4 := Service{
-		Key:       desired.Key{Addr: netip.MustParseAddr("198.18.0.1"), Port: 80, Protocol: config.TCP},
+		Key:       lvs.Key{Addr: netip.MustParseAddr("198.18.0.1"), Port: 80, Protocol: lvs.TCP},
 		Scheduler: "wrr", Netmask: 0xffffffff,
 		Dests: []Dest{{Addr: netip.MustParseAddrPort("10.0.0.1:8080"), Weight: 3}},
 	}
 	v6 := Service{
-		Key:       desired.Key{Addr: netip.MustParseAddr("2001:db8::10"), Port: 53, Protocol: config.UDP},
+		Key:       lvs.Key{Addr: netip.MustParseAddr("2001:db8::10"), Port: 53, Protocol: lvs.UDP},
 		Scheduler: "sh", Flags: desired.FlagPersistent | desired.FlagSched1, Timeout: 300, Netmask: 128,
 		Dests: []Dest{{Addr: netip.MustParseAddrPort("[2001:db8:1::5]:5353"), Weight: 0}},
 	}
@@ -171,7 +171,7 @@ func TestAnswers(t *testing.T) {
 
 func TestRecordAnswer(t *testing.T) {
 	svcs := []Service{{
-		Key:       desired.Key{Addr: netip.MustParseAddr("198.18.0.1"), Port: 80, Protocol: config.TCP},
+		Key:       lvs.Key{Addr: netip.MustParseAddr("198.18.0.1"), Port: 80, Protocol: lvs.TCP},
 		Scheduler: "mh",
 		Dests:     []Dest{{Addr: netip.MustParseAddrPort("10.0.0.1:8080"), Weight: 1}},
 	}}

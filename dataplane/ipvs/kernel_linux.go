@@ -16,7 +16,7 @@ import (
 	mobyipvs "github.com/moby/ipvs"
 
 	"github.com/lbdproject/lbd/config"
-	"github.com/lbdproject/lbd/dataplane/desired"
+	"github.com/lbdproject/lbd/lvs"
 )
 
 // procIPVS lists every virtual server and destination of the reader's
@@ -122,19 +122,19 @@ func (k *NetlinkKernel) Dump() ([]Service, error) {
 	return out, nil
 }
 
-func keyOf(s *mobyipvs.Service) (desired.Key, error) {
+func keyOf(s *mobyipvs.Service) (lvs.Key, error) {
 	addr, ok := netip.AddrFromSlice(s.Address)
 	if !ok {
-		return desired.Key{}, fmt.Errorf("virtual server with unreadable address %v", s.Address)
+		return lvs.Key{}, fmt.Errorf("virtual server with unreadable address %v", s.Address)
 	}
-	var proto config.Protocol
+	var proto lvs.Protocol
 	switch s.Protocol {
 	case syscall.IPPROTO_TCP:
-		proto = config.TCP
+		proto = lvs.TCP
 	case syscall.IPPROTO_UDP:
-		proto = config.UDP
+		proto = lvs.UDP
 	default:
-		proto = config.Protocol(fmt.Sprintf("proto-%d", s.Protocol))
+		proto = lvs.Protocol(fmt.Sprintf("proto-%d", s.Protocol))
 	}
 	if s.AddressFamily == syscall.AF_INET {
 		addr = addr.Unmap()
@@ -142,7 +142,7 @@ func keyOf(s *mobyipvs.Service) (desired.Key, error) {
 			addr = netip.AddrFrom4([4]byte(s.Address.To4()))
 		}
 	}
-	return desired.Key{Addr: addr, Port: s.Port, Protocol: proto}, nil
+	return lvs.Key{Addr: addr, Port: s.Port, Protocol: proto}, nil
 }
 
 func toMoby(s Service) *mobyipvs.Service {
@@ -159,7 +159,7 @@ func toMoby(s Service) *mobyipvs.Service {
 	if s.Key.Addr.Is6() {
 		m.AddressFamily = syscall.AF_INET6
 	}
-	if s.Key.Protocol == config.UDP {
+	if s.Key.Protocol == lvs.UDP {
 		m.Protocol = syscall.IPPROTO_UDP
 	}
 	return m
@@ -179,7 +179,7 @@ func toMobyDest(d Dest) *mobyipvs.Destination {
 	return m
 }
 
-func keyService(k desired.Key) *mobyipvs.Service {
+func keyService(k lvs.Key) *mobyipvs.Service {
 	return toMoby(Service{Key: k})
 }
 
@@ -191,19 +191,19 @@ func (k *NetlinkKernel) UpdateService(s Service) error {
 	return schedulerError(s.Scheduler, k.h.UpdateService(toMoby(s)))
 }
 
-func (k *NetlinkKernel) DeleteService(key desired.Key) error {
+func (k *NetlinkKernel) DeleteService(key lvs.Key) error {
 	return k.h.DelService(keyService(key))
 }
 
-func (k *NetlinkKernel) AddDest(key desired.Key, d Dest) error {
+func (k *NetlinkKernel) AddDest(key lvs.Key, d Dest) error {
 	return k.h.NewDestination(keyService(key), toMobyDest(d))
 }
 
-func (k *NetlinkKernel) UpdateDest(key desired.Key, d Dest) error {
+func (k *NetlinkKernel) UpdateDest(key lvs.Key, d Dest) error {
 	return k.h.UpdateDestination(keyService(key), toMobyDest(d))
 }
 
-func (k *NetlinkKernel) DeleteDest(key desired.Key, addr netip.AddrPort) error {
+func (k *NetlinkKernel) DeleteDest(key lvs.Key, addr netip.AddrPort) error {
 	return k.h.DelDestination(keyService(key), toMobyDest(Dest{Addr: addr}))
 }
 
@@ -215,7 +215,7 @@ func (k *NetlinkKernel) DeleteDest(key desired.Key, addr netip.AddrPort) error {
 //
 // ProcConns reads every destination with its connection counts from
 // /proc/net/ip_vs, without the netlink handle: safe while a sync runs.
-func ProcConns() (map[desired.Key][]Dest, error) {
+func ProcConns() (map[lvs.Key][]Dest, error) {
 	f, err := os.Open(procIPVS)
 	if err != nil {
 		return nil, err
@@ -224,9 +224,9 @@ func ProcConns() (map[desired.Key][]Dest, error) {
 	return parseProcIPVS(f)
 }
 
-func parseProcIPVS(r io.Reader) (map[desired.Key][]Dest, error) {
-	out := map[desired.Key][]Dest{}
-	var cur *desired.Key
+func parseProcIPVS(r io.Reader) (map[lvs.Key][]Dest, error) {
+	out := map[lvs.Key][]Dest{}
+	var cur *lvs.Key
 	sc := bufio.NewScanner(r)
 	for n := 1; sc.Scan(); n++ {
 		fields := strings.Fields(sc.Text())
@@ -256,7 +256,7 @@ func parseProcIPVS(r io.Reader) (map[desired.Key][]Dest, error) {
 			if err != nil {
 				return nil, fmt.Errorf("line %d: %w", n, err)
 			}
-			k := desired.Key{Addr: ap.Addr(), Port: ap.Port(), Protocol: config.Protocol(strings.ToLower(fields[0]))}
+			k := lvs.Key{Addr: ap.Addr(), Port: ap.Port(), Protocol: lvs.Protocol(strings.ToLower(fields[0]))}
 			cur = &k
 		default: // FWM, SCTP: not lbd's
 			cur = nil

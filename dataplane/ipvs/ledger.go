@@ -11,8 +11,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/lbdproject/lbd/config"
-	"github.com/lbdproject/lbd/dataplane/desired"
+	"github.com/lbdproject/lbd/lvs"
 )
 
 // FileLedger keeps the owned virtual servers in a JSON file. It belongs in
@@ -28,10 +27,10 @@ type ledgerFile struct {
 }
 
 // Owned reads the file; a missing file owns nothing.
-func (l FileLedger) Owned() (map[desired.Key]bool, error) {
+func (l FileLedger) Owned() (map[lvs.Key]bool, error) {
 	b, err := os.ReadFile(l.Path)
 	if errors.Is(err, os.ErrNotExist) {
-		return map[desired.Key]bool{}, nil
+		return map[lvs.Key]bool{}, nil
 	}
 	if err != nil {
 		return nil, err
@@ -40,7 +39,7 @@ func (l FileLedger) Owned() (map[desired.Key]bool, error) {
 	if err := json.Unmarshal(b, &f); err != nil {
 		return nil, fmt.Errorf("%s: %w", l.Path, err)
 	}
-	out := make(map[desired.Key]bool, len(f.IPVS))
+	out := make(map[lvs.Key]bool, len(f.IPVS))
 	for _, s := range f.IPVS {
 		k, err := ParseKey(s)
 		if err != nil {
@@ -52,9 +51,9 @@ func (l FileLedger) Owned() (map[desired.Key]bool, error) {
 }
 
 // SetOwned replaces the file atomically.
-func (l FileLedger) SetOwned(keys map[desired.Key]bool) error {
+func (l FileLedger) SetOwned(keys map[lvs.Key]bool) error {
 	f := ledgerFile{Version: 1, IPVS: []string{}}
-	for _, k := range slices.SortedFunc(maps.Keys(keys), desired.Key.Compare) {
+	for _, k := range slices.SortedFunc(maps.Keys(keys), lvs.Key.Compare) {
 		f.IPVS = append(f.IPVS, k.String())
 	}
 	b, err := json.MarshalIndent(f, "", "  ")
@@ -72,13 +71,13 @@ func (l FileLedger) SetOwned(keys map[desired.Key]bool) error {
 }
 
 // ParseKey parses a key as Key.String writes it: "192.0.2.10:80/tcp".
-func ParseKey(s string) (desired.Key, error) {
+func ParseKey(s string) (lvs.Key, error) {
 	ap, proto, ok := strings.Cut(s, "/")
 	a, err := netip.ParseAddrPort(ap)
-	if !ok || err != nil || (proto != string(config.TCP) && proto != string(config.UDP)) {
-		return desired.Key{}, fmt.Errorf("bad virtual server key %q", s)
+	if !ok || err != nil || (proto != string(lvs.TCP) && proto != string(lvs.UDP)) {
+		return lvs.Key{}, fmt.Errorf("bad virtual server key %q", s)
 	}
-	return desired.Key{Addr: a.Addr(), Port: a.Port(), Protocol: config.Protocol(proto)}, nil
+	return lvs.Key{Addr: a.Addr(), Port: a.Port(), Protocol: lvs.Protocol(proto)}, nil
 }
 
 // ReadOwned returns the virtual servers l owns as k holds them (those the

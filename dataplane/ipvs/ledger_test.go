@@ -7,8 +7,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/lbdproject/lbd/config"
-	"github.com/lbdproject/lbd/dataplane/desired"
+	"github.com/lbdproject/lbd/lvs"
 )
 
 func TestFileLedgerRoundTrip(t *testing.T) {
@@ -17,9 +16,9 @@ func TestFileLedgerRoundTrip(t *testing.T) {
 	if err != nil || len(got) != 0 {
 		t.Fatalf("missing file: %v, %v; want nothing owned", got, err)
 	}
-	keys := map[desired.Key]bool{
-		{Addr: netip.MustParseAddr("192.0.2.10"), Port: 80, Protocol: config.TCP}:   true,
-		{Addr: netip.MustParseAddr("2001:db8::53"), Port: 53, Protocol: config.UDP}: true,
+	keys := map[lvs.Key]bool{
+		{Addr: netip.MustParseAddr("192.0.2.10"), Port: 80, Protocol: lvs.TCP}:   true,
+		{Addr: netip.MustParseAddr("2001:db8::53"), Port: 53, Protocol: lvs.UDP}: true,
 	}
 	if err := l.SetOwned(keys); err != nil {
 		t.Fatal(err)

@@ -6,8 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/lbdproject/lbd/config"
-	"github.com/lbdproject/lbd/dataplane/desired"
+	"github.com/lbdproject/lbd/lvs"
 )
 
 func TestParseProcIPVS(t *testing.T) {
@@ -28,12 +27,12 @@ TCP  [2001:0db8:0000:0000:0000:0000:0000:0010]:01BB rr persistent 10800 ffffffff
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[desired.Key][]Dest{
-		{Addr: netip.MustParseAddr("192.0.2.10"), Port: 80, Protocol: config.TCP}: {
+	want := map[lvs.Key][]Dest{
+		{Addr: netip.MustParseAddr("192.0.2.10"), Port: 80, Protocol: lvs.TCP}: {
 			{Addr: netip.MustParseAddrPort("10.0.0.11:8080"), Weight: 3, ActiveConns: 2, InactiveConns: 7},
 			{Addr: netip.MustParseAddrPort("10.0.0.12:8080"), Weight: 0},
 		},
-		{Addr: netip.MustParseAddr("2001:db8::10"), Port: 443, Protocol: config.TCP}: {
+		{Addr: netip.MustParseAddr("2001:db8::10"), Port: 443, Protocol: lvs.TCP}: {
 			{Addr: netip.MustParseAddrPort("[2001:db8:1::5]:443"), Weight: 1, InactiveConns: 1},
 		},
 	}

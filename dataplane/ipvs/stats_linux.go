@@ -4,9 +4,8 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/lbdproject/lbd/lvs"
 	mobyipvs "github.com/moby/ipvs"
-
-	"github.com/lbdproject/lbd/dataplane/desired"
 )
 
 // Counters are a virtual server's cumulative kernel counters.
@@ -38,14 +37,14 @@ func OpenStats() (*StatsReader, error) {
 func (r *StatsReader) Close() { r.h.Close() }
 
 // Read returns the counters of every virtual server: one dump.
-func (r *StatsReader) Read() (map[desired.Key]Counters, error) {
+func (r *StatsReader) Read() (map[lvs.Key]Counters, error) {
 	r.mu.Lock()
 	svcs, err := r.h.GetServices()
 	r.mu.Unlock()
 	if err != nil {
 		return nil, fmt.Errorf("reading IPVS counters: %w", err)
 	}
-	out := make(map[desired.Key]Counters, len(svcs))
+	out := make(map[lvs.Key]Counters, len(svcs))
 	for _, s := range svcs {
 		if s.FWMark != 0 {
 			continue

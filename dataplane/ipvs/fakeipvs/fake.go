@@ -12,24 +12,24 @@ import (
 	"sync"
 	"syscall"
 
-	"github.com/lbdproject/lbd/dataplane/desired"
 	"github.com/lbdproject/lbd/dataplane/ipvs"
+	"github.com/lbdproject/lbd/lvs"
 )
 
 // Kernel is the fake IPVS table. The zero value is empty and ready. It is
 // safe for concurrent use, as tests drift it while a sync loop runs.
 type Kernel struct {
 	mu       sync.Mutex
-	services map[desired.Key]*ipvs.Service
+	services map[lvs.Key]*ipvs.Service
 	// Dumps and Writes count calls; Fail, when set, makes the next write
 	// for that key fail with it (once).
 	Dumps, Writes int
-	Fail          map[desired.Key]error
+	Fail          map[lvs.Key]error
 }
 
 var _ ipvs.Kernel = (*Kernel)(nil)
 
-func (k *Kernel) svc(key desired.Key) (*ipvs.Service, error) {
+func (k *Kernel) svc(key lvs.Key) (*ipvs.Service, error) {
 	if err := k.Fail[key]; err != nil {
 		delete(k.Fail, key)
 		return nil, err
@@ -64,7 +64,7 @@ func (k *Kernel) AddService(s ipvs.Service) error {
 		return err
 	}
 	if k.services == nil {
-		k.services = map[desired.Key]*ipvs.Service{}
+		k.services = map[lvs.Key]*ipvs.Service{}
 	}
 	if _, ok := k.services[s.Key]; ok {
 		return fmt.Errorf("virtual server %s: %w", s.Key, syscall.EEXIST)
@@ -87,7 +87,7 @@ func (k *Kernel) UpdateService(s ipvs.Service) error {
 	return nil
 }
 
-func (k *Kernel) DeleteService(key desired.Key) error {
+func (k *Kernel) DeleteService(key lvs.Key) error {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	k.Writes++
@@ -98,7 +98,7 @@ func (k *Kernel) DeleteService(key desired.Key) error {
 	return nil
 }
 
-func (k *Kernel) AddDest(key desired.Key, d ipvs.Dest) error {
+func (k *Kernel) AddDest(key lvs.Key, d ipvs.Dest) error {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	k.Writes++
@@ -113,7 +113,7 @@ func (k *Kernel) AddDest(key desired.Key, d ipvs.Dest) error {
 	return nil
 }
 
-func (k *Kernel) UpdateDest(key desired.Key, d ipvs.Dest) error {
+func (k *Kernel) UpdateDest(key lvs.Key, d ipvs.Dest) error {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	s, i, err := k.dest(key, d.Addr)
@@ -124,7 +124,7 @@ func (k *Kernel) UpdateDest(key desired.Key, d ipvs.Dest) error {
 	return nil
 }
 
-func (k *Kernel) DeleteDest(key desired.Key, addr netip.AddrPort) error {
+func (k *Kernel) DeleteDest(key lvs.Key, addr netip.AddrPort) error {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	s, i, err := k.dest(key, addr)
@@ -137,7 +137,7 @@ func (k *Kernel) DeleteDest(key desired.Key, addr netip.AddrPort) error {
 
 // dest counts a write and finds a destination, refusing as the kernel
 // does when it is missing; k.mu is held.
-func (k *Kernel) dest(key desired.Key, addr netip.AddrPort) (*ipvs.Service, int, error) {
+func (k *Kernel) dest(key lvs.Key, addr netip.AddrPort) (*ipvs.Service, int, error) {
 	k.Writes++
 	s, err := k.svc(key)
 	if err != nil {
@@ -151,7 +151,7 @@ func (k *Kernel) dest(key desired.Key, addr netip.AddrPort) (*ipvs.Service, int,
 }
 
 // SetConns sets a destination's connection counts, as traffic would.
-func (k *Kernel) SetConns(key desired.Key, addr netip.AddrPort, active, inactive int) {
+func (k *Kernel) SetConns(key lvs.Key, addr netip.AddrPort, active, inactive int) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	for i := range k.services[key].Dests {
@@ -167,7 +167,7 @@ func (k *Kernel) String() string {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	var b strings.Builder
-	for _, key := range slices.SortedFunc(maps.Keys(k.services), desired.Key.Compare) {
+	for _, key := range slices.SortedFunc(maps.Keys(k.services), lvs.Key.Compare) {
 		s := k.services[key]
 		fmt.Fprintf(&b, "%s %s flags=%#x timeout=%d\n", key, s.Scheduler, s.Flags, s.Timeout)
 		dests := slices.Clone(s.Dests)
@@ -188,15 +188,15 @@ func (k *Kernel) Counts() (dumps, writes int) {
 
 // Ledger is an in-memory ipvs.Ledger.
 type Ledger struct {
-	Keys   map[desired.Key]bool
+	Keys   map[lvs.Key]bool
 	Writes int
 }
 
-func (l *Ledger) Owned() (map[desired.Key]bool, error) {
+func (l *Ledger) Owned() (map[lvs.Key]bool, error) {
 	return maps.Clone(l.Keys), nil
 }
 
-func (l *Ledger) SetOwned(keys map[desired.Key]bool) error {
+func (l *Ledger) SetOwned(keys map[lvs.Key]bool) error {
 	l.Writes++
 	l.Keys = maps.Clone(keys)
 	return nil
