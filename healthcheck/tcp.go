@@ -2,7 +2,6 @@ package healthcheck
 
 import (
 	"context"
-	"fmt"
 	"net"
 	"net/netip"
 	"os"
@@ -46,15 +45,21 @@ func (c *tcpChecker) Check(ctx context.Context, t Target) error {
 	}
 	if err := tcpProbe(ctx, c.local, raddr, deadline, c.wait); err != nil {
 		if err == syscall.ECONNREFUSED && ctx.Err() == nil {
-			return errTCPRefused // what checkerErr would say, without formatting it every time
+			return tcpRefused{} // what checkerErr would say, without formatting it every time
 		}
 		return checkerErr(ctx, start, "connect", err)
 	}
 	return nil
 }
 
-// errTCPRefused is the most common failure, made once.
-var errTCPRefused = fmt.Errorf("connect: %w", syscall.ECONNREFUSED)
+// tcpRefused is the most common failure, as checkerErr would make it
+// ("connect: " and the errno), but a constant: no allocation, and no
+// package variable.
+type tcpRefused struct{}
+
+func (tcpRefused) Error() string { return "connect: connection refused" }
+
+func (tcpRefused) Unwrap() error { return syscall.ECONNREFUSED }
 
 // tcpProbe connects from local (zero: the kernel's choice) to raddr and
 // closes the connection with a reset. It returns nil when the connection
