@@ -164,18 +164,13 @@ func sameAttrs(a, b Service) bool {
 // virtual server do not stop the others; all are returned, joined.
 func (a *Applier) Apply(want []desired.Service, full bool) (Result, error) {
 	var res Result
-	if a.owned == nil {
-		owned, err := a.ledger.Owned()
-		if err != nil {
-			return res, fmt.Errorf("reading owned IPVS services: %w", err)
-		}
-		a.owned = owned
+	if err := a.loadOwned(); err != nil {
+		return res, err
 	}
-	owned := a.owned
 	freshConns := false
 	if full || !a.valid {
 		a.prev = nil
-		if err := a.refresh(owned, want); err != nil {
+		if err := a.refresh(a.owned, want); err != nil {
 			return res, err
 		}
 		res.Dumps++
@@ -186,8 +181,39 @@ func (a *Applier) Apply(want []desired.Service, full bool) (Result, error) {
 		// destinations changed. Only those are visited.
 		return a.applyChanged(want)
 	}
-	// Record ownership before creating anything, so that a crash between
-	// the two can leave nothing lbd would not later remove.
+	next, err := a.claim(want)
+	if err != nil {
+		return res, err
+	}
+	stored := maps.Clone(next)
+
+	var errs []error
+	note := a.noter(&res, &errs)
+	wanted := a.applyWanted(want, freshConns, &res, &errs, note)
+	a.deleteUnwanted(wanted, next, &res, note)
+	a.forgetGone(next, stored, wanted, &errs)
+	a.remember(want, errs)
+	return res, errors.Join(errs...)
+}
+
+// loadOwned reads the ledger, once per process.
+func (a *Applier) loadOwned() error {
+	if a.owned != nil {
+		return nil
+	}
+	owned, err := a.ledger.Owned()
+	if err != nil {
+		return fmt.Errorf("reading owned IPVS services: %w", err)
+	}
+	a.owned = owned
+	return nil
+}
+
+// claim records the wanted virtual servers as owned before anything is
+// created, so that a crash between the two can leave nothing lbd would not
+// later remove. It returns what lbd now owns, a map of its own.
+func (a *Applier) claim(want []desired.Service) (map[lvs.Key]bool, error) {
+	owned := a.owned
 	next := make(map[lvs.Key]bool, len(owned)+len(want))
 	maps.Copy(next, owned)
 	for _, s := range want {
@@ -195,16 +221,19 @@ func (a *Applier) Apply(want []desired.Service, full bool) (Result, error) {
 	}
 	if len(next) != len(owned) {
 		if err := a.ledger.SetOwned(next); err != nil {
-			return res, fmt.Errorf("recording owned IPVS services: %w", err)
+			return nil, fmt.Errorf("recording owned IPVS services: %w", err)
 		}
 		a.owned = maps.Clone(next)
 	}
-	stored := maps.Clone(next)
+	return next, nil
+}
 
-	var errs []error
-	note := a.noter(&res, &errs)
+// applyWanted creates or brings up to date every wanted virtual server
+// with its destinations, adds those it failed for to res.Failed, and
+// returns the wanted keys.
+func (a *Applier) applyWanted(want []desired.Service, freshConns bool, res *Result, errs *[]error, note noteFunc) map[lvs.Key]bool {
 	now := time.Now()
-	failed := a.addNew(want, &res, &errs)
+	failed := a.addNew(want, res, errs)
 	wanted := make(map[lvs.Key]bool, len(want))
 	for _, s := range want {
 		wanted[s.Key] = true
@@ -212,14 +241,21 @@ func (a *Applier) Apply(want []desired.Service, full bool) (Result, error) {
 			res.Failed = append(res.Failed, s.Key)
 			continue
 		}
-		n := len(errs)
-		a.applyService(s, now, freshConns, &res, note)
-		if len(errs) > n {
+		n := len(*errs)
+		a.applyService(s, now, freshConns, res, note)
+		if len(*errs) > n {
 			res.Failed = append(res.Failed, s.Key)
 		}
 	}
+	return wanted
+}
+
+// deleteUnwanted deletes the virtual servers in the kernel that lbd owns
+// and no longer wants, listing the destinations of UDP ones in
+// res.DeletedUDP.
+func (a *Applier) deleteUnwanted(wanted, owned map[lvs.Key]bool, res *Result, note noteFunc) {
 	for key, e := range a.cache {
-		if wanted[key] || !next[key] {
+		if wanted[key] || !owned[key] {
 			continue
 		}
 		if !note(a.k.DeleteService(key), "deleting virtual server %s", key) {
@@ -233,95 +269,25 @@ func (a *Applier) Apply(want []desired.Service, full bool) (Result, error) {
 			}
 		}
 	}
-	// Forget owned services that are neither wanted nor in the kernel.
-	for key := range next {
+}
+
+// forgetGone drops from owned the virtual servers that are neither wanted
+// nor in the kernel, and records owned in the ledger when it differs from
+// stored, what the ledger holds.
+func (a *Applier) forgetGone(owned, stored, wanted map[lvs.Key]bool, errs *[]error) {
+	for key := range owned {
 		if _, inKernel := a.cache[key]; !wanted[key] && !inKernel {
-			delete(next, key)
+			delete(owned, key)
 		}
 	}
-	if !maps.Equal(next, stored) {
-		if err := a.ledger.SetOwned(next); err != nil {
-			errs = append(errs, fmt.Errorf("recording owned IPVS services: %w", err))
+	if !maps.Equal(owned, stored) {
+		if err := a.ledger.SetOwned(owned); err != nil {
+			*errs = append(*errs, fmt.Errorf("recording owned IPVS services: %w", err))
 		} else {
-			a.owned = next
+			a.owned = owned
 		}
 	}
-	a.remember(want, errs)
-	return res, errors.Join(errs...)
 }
-
-// BatchAdder is a Kernel that can create many virtual servers with their
-// destinations at once, faster than one call per object: the cold path
-// (an empty kernel, 110,000 objects at 10,000 services) uses it.
-type BatchAdder interface {
-	// AddServices creates each service with all its destinations and
-	// returns one error per service (nil: all of it was created).
-	AddServices([]Service) []error
-}
-
-// addNew creates the wanted virtual servers the cache does not hold, with
-// their destinations, through the kernel's BatchAdder if it has one. What
-// worked is cached, so applyService finds nothing left to write for it;
-// what failed may be partly created, so the kernel is read again at the
-// next sync: addNew returns those keys for this sync to leave alone.
-func (a *Applier) addNew(want []desired.Service, res *Result, errs *[]error) map[lvs.Key]bool {
-	b, ok := a.k.(BatchAdder)
-	if !ok {
-		return nil
-	}
-	var failed map[lvs.Key]bool
-	var batch []Service
-	var from []*desired.Service
-	flush := func() {
-		for i, err := range b.AddServices(batch) {
-			svc := batch[i]
-			res.Writes += 1 + len(svc.Dests)
-			if err != nil {
-				if !errors.As(err, new(Refused)) {
-					a.valid = false // it may be partly created
-				}
-				*errs = append(*errs, fmt.Errorf("adding %s: %w", location{from[i]}, err))
-				if failed == nil {
-					failed = map[lvs.Key]bool{}
-				}
-				failed[svc.Key] = true
-				continue
-			}
-			e := &entry{svc: svc, dests: make([]destState, len(svc.Dests))}
-			e.svc.Dests = nil
-			for j, d := range svc.Dests {
-				e.dests[j] = destState{addr: d.Addr, weight: int32(d.Weight)}
-			}
-			a.cache[svc.Key] = e
-		}
-		batch, from = batch[:0], from[:0]
-	}
-	for i := range want {
-		s := &want[i]
-		if a.cache[s.Key] != nil {
-			continue
-		}
-		svc := fromDesired(*s)
-		svc.Dests = make([]Dest, len(s.Dests))
-		for j, d := range s.Dests {
-			svc.Dests[j] = Dest{Addr: d.Addr, Weight: d.Weight}
-		}
-		batch = append(batch, svc)
-		from = append(from, s)
-		// In parts: the whole table as kernel objects would double what
-		// the cache holds while it is written.
-		if len(batch) == addBatch {
-			flush()
-		}
-	}
-	if len(batch) > 0 {
-		flush()
-	}
-	return failed
-}
-
-// addBatch is how many virtual servers addNew hands the kernel at once.
-const addBatch = 512
 
 // remember keeps want as the base of the next requested sync when it was
 // applied in full.

@@ -12,6 +12,7 @@ import (
 	"github.com/vishvananda/netlink/nl"
 
 	"github.com/lbdproject/lbd/dataplane/desired"
+	"github.com/lbdproject/lbd/dataplane/genl"
 	"github.com/lbdproject/lbd/lvs"
 )
 
@@ -33,7 +34,7 @@ func decodeAll(t *testing.T, b []byte) []decoded {
 	var out []decoded
 	for _, m := range msgs {
 		d := decoded{hdr: m.Header, cmd: m.Data[0], ver: m.Data[1]}
-		top, err := nl.ParseRouteAttr(m.Data[genlHdrLen:])
+		top, err := nl.ParseRouteAttr(m.Data[genl.HeaderLen:])
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -74,7 +75,7 @@ func TestEncodeRequests(t *testing.T) {
 		Scheduler: "sh", Flags: desired.FlagPersistent | desired.FlagSched1, Timeout: 300, Netmask: 128,
 		Dests: []Dest{{Addr: netip.MustParseAddrPort("[2001:db8:1::5]:5353"), Weight: 0}},
 	}
-	w := &genlWriter{family: 0x1234}
+	w := &batchWriter{family: 0x1234}
 	w.appendService(&v4, syscall.NLM_F_REQUEST, 0)
 	w.appendDest(&v4, 0, syscall.NLM_F_REQUEST, 0)
 	w.appendService(&v6, syscall.NLM_F_REQUEST|syscall.NLM_F_ACK, 1)
@@ -82,7 +83,7 @@ func TestEncodeRequests(t *testing.T) {
 	if w.firstSeq != 1 || w.seq != 4 || len(w.sent) != 4 || w.sent[3] != (sentObj{svc: 1, dest: 0}) {
 		t.Fatalf("bookkeeping: first %d last %d sent %v", w.firstSeq, w.seq, w.sent)
 	}
-	msgs := decodeAll(t, w.buf)
+	msgs := decodeAll(t, w.Encoded())
 	if len(msgs) != 4 {
 		t.Fatalf("%d messages, want 4", len(msgs))
 	}
@@ -132,40 +133,6 @@ func TestEncodeRequests(t *testing.T) {
 		!bytes.Equal(d.dest[ipvsDestAttrPort], []byte{0x14, 0xe9}) || u32(d.dest[ipvsDestAttrWeight]) != 0 ||
 		u16(d.dest[ipvsDestAttrAddressFamily]) != syscall.AF_INET6 {
 		t.Errorf("IPv6 destination attributes: svc %v dest %v", d.svc, d.dest)
-	}
-}
-
-func TestAnswers(t *testing.T) {
-	// Two answers in one buffer: an error (EEXIST) and an ack.
-	var b []byte
-	for _, a := range []struct {
-		seq  uint32
-		code int32
-	}{{7, -int32(syscall.EEXIST)}, {9, 0}} {
-		m := make([]byte, 16+20)
-		binary.NativeEndian.PutUint32(m, uint32(len(m)))
-		binary.NativeEndian.PutUint16(m[4:], syscall.NLMSG_ERROR)
-		binary.NativeEndian.PutUint32(m[8:], a.seq)
-		binary.NativeEndian.PutUint32(m[16:], uint32(a.code))
-		b = append(b, m...)
-	}
-	var got []string
-	for m := range nlMessages(b) {
-		got = append(got, m.errno().Error())
-		if m.typ != syscall.NLMSG_ERROR {
-			t.Errorf("type %d", m.typ)
-		}
-	}
-	if len(got) != 2 || got[0] != syscall.EEXIST.Error() || got[1] != syscall.Errno(0).Error() {
-		t.Errorf("answers: %q", got)
-	}
-	// A truncated message ends the iteration.
-	n := 0
-	for range nlMessages(b[:40]) {
-		n++
-	}
-	if n != 1 {
-		t.Errorf("%d messages in a truncated buffer, want 1", n)
 	}
 }
 

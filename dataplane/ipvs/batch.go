@@ -1,0 +1,85 @@
+package ipvs
+
+// The applier's cold path: creating many virtual servers at once through
+// the kernel's BatchAdder (NetlinkKernel.AddServices, batch_linux.go).
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/lbdproject/lbd/dataplane/desired"
+	"github.com/lbdproject/lbd/lvs"
+)
+
+// BatchAdder is a Kernel that can create many virtual servers with their
+// destinations at once, faster than one call per object: the cold path
+// (an empty kernel, 110,000 objects at 10,000 services) uses it.
+type BatchAdder interface {
+	// AddServices creates each service with all its destinations and
+	// returns one error per service (nil: all of it was created).
+	AddServices([]Service) []error
+}
+
+// addNew creates the wanted virtual servers the cache does not hold, with
+// their destinations, through the kernel's BatchAdder if it has one. What
+// worked is cached, so applyService finds nothing left to write for it;
+// what failed may be partly created, so the kernel is read again at the
+// next sync: addNew returns those keys for this sync to leave alone.
+func (a *Applier) addNew(want []desired.Service, res *Result, errs *[]error) map[lvs.Key]bool {
+	b, ok := a.k.(BatchAdder)
+	if !ok {
+		return nil
+	}
+	var failed map[lvs.Key]bool
+	var batch []Service
+	var from []*desired.Service
+	flush := func() {
+		for i, err := range b.AddServices(batch) {
+			svc := batch[i]
+			res.Writes += 1 + len(svc.Dests)
+			if err != nil {
+				if !errors.As(err, new(Refused)) {
+					a.valid = false // it may be partly created
+				}
+				*errs = append(*errs, fmt.Errorf("adding %s: %w", location{from[i]}, err))
+				if failed == nil {
+					failed = map[lvs.Key]bool{}
+				}
+				failed[svc.Key] = true
+				continue
+			}
+			e := &entry{svc: svc, dests: make([]destState, len(svc.Dests))}
+			e.svc.Dests = nil
+			for j, d := range svc.Dests {
+				e.dests[j] = destState{addr: d.Addr, weight: int32(d.Weight)}
+			}
+			a.cache[svc.Key] = e
+		}
+		batch, from = batch[:0], from[:0]
+	}
+	for i := range want {
+		s := &want[i]
+		if a.cache[s.Key] != nil {
+			continue
+		}
+		svc := fromDesired(*s)
+		svc.Dests = make([]Dest, len(s.Dests))
+		for j, d := range s.Dests {
+			svc.Dests[j] = Dest{Addr: d.Addr, Weight: d.Weight}
+		}
+		batch = append(batch, svc)
+		from = append(from, s)
+		// In parts: the whole table as kernel objects would double what
+		// the cache holds while it is written.
+		if len(batch) == addBatch {
+			flush()
+		}
+	}
+	if len(batch) > 0 {
+		flush()
+	}
+	return failed
+}
+
+// addBatch is how many virtual servers addNew hands the kernel at once.
+const addBatch = 512
