@@ -214,6 +214,9 @@ func parsePortRange(s string) (lo, hi uint16, ok bool) {
 
 // decodeService decodes one [[service]] table. Checks that need other
 // services or the global settings happen later, in validate.
+//
+// The order of the steps is visible: it is the order of the errors, and
+// of the keys that an unknown key's error lists as accepted.
 func decodeService(n *node) Service {
 	s := Service{
 		Protocol:               lvs.TCP,
@@ -226,6 +229,26 @@ func decodeService(n *node) Service {
 		Quorum:                 1,
 		Pos:                    n.pos(""),
 	}
+	decodeServiceName(n, &s)
+	decodeProtocol(n, &s)
+	decodeVIPsAndPorts(n, &s)
+	decodeScheduling(n, &s)
+	var v string
+	if n.oneOf("snat", &v, string(SNATAuto), string(SNATAlways), string(SNATNever)) {
+		s.SNAT = SNATMode(v)
+	}
+	decodeAnnounce(n, &s)
+	decodeHealth(n, &s)
+	decodeRealServers(n, &s)
+	decodeSourceRanges(n, &s)
+	decodeServiceConsul(n, &s)
+	decodeQuorum(n, &s)
+	recordPositions(n, &s)
+	n.finish()
+	return s
+}
+
+func decodeServiceName(n *node, s *Service) {
 	if !n.str("name", &s.Name) {
 		if !n.has("name") {
 			n.errorf("", "service has no name; expected name = \"...\" (letters, digits, '.', '_' or '-')")
@@ -233,7 +256,9 @@ func decodeService(n *node) Service {
 	} else if !serviceName.MatchString(s.Name) {
 		n.errorf("name", "%q is not a valid service name; expected 1 to 63 letters, digits, '.', '_' or '-', starting with a letter or digit", s.Name)
 	}
+}
 
+func decodeProtocol(n *node, s *Service) {
 	var proto string
 	if v, ok := n.t.Get("protocol"); ok && v == "sctp" {
 		n.get("protocol")
@@ -241,9 +266,13 @@ func decodeService(n *node) Service {
 	} else if n.oneOf("protocol", &proto, string(lvs.TCP), string(lvs.UDP)) {
 		s.Protocol = lvs.Protocol(proto)
 	}
+}
 
+// decodeVIPsAndPorts decodes where clients reach the service: its VIPs
+// and port, and/or a node port.
+func decodeVIPsAndPorts(n *node, s *Service) {
 	s.VIPs = n.addrs("vips")
-	decodeVIPs(n, &s)
+	decodeVIPs(n, s)
 	n.port("port", &s.Port)
 	n.port("node_port", &s.NodePort)
 	switch {
@@ -254,14 +283,11 @@ func decodeService(n *node) Service {
 	case !n.has("vips") && !n.has("node_port"):
 		n.errorf("", "service %q is reachable nowhere; expected vips = [...] with port, and/or node_port", s.Name)
 	}
+}
 
-	decodeScheduling(n, &s)
-	var v string
-	if n.oneOf("snat", &v, string(SNATAuto), string(SNATAlways), string(SNATNever)) {
-		s.SNAT = SNATMode(v)
-	}
-	decodeAnnounce(n, &s)
-
+// decodeHealth decodes the service's health check and what happens to a
+// real server that fails it.
+func decodeHealth(n *node, s *Service) {
 	check := defaultCheck(s.Protocol)
 	if t := n.table("health_check"); t != nil {
 		check = decodeCheck(t, check)
@@ -269,37 +295,54 @@ func decodeService(n *node) Service {
 	// One copy, shared by the real servers without overrides: a
 	// HealthCheck is large.
 	s.HealthCheck = &check
+	var v string
 	if n.oneOf("on_unhealthy", &v, string(Drain), string(Remove)) {
 		s.OnUnhealthy = OnUnhealthy(v)
 	}
 	n.duration("drain_timeout", &s.DrainTimeout, 0, 24*time.Hour)
+}
 
+// decodeRealServers decodes the service's [[service.real_server]] tables
+// (after its health check, which they inherit).
+func decodeRealServers(n *node, s *Service) {
 	if ts := n.tables("real_server"); len(ts) > 0 {
 		// Sized once: append would leave up to half of a grown slice
 		// unused.
 		s.RealServers = n.src.reals.alloc(len(ts))
 		for _, t := range ts {
-			s.RealServers = append(s.RealServers, decodeRealServer(t, &s, s.HealthCheck))
+			s.RealServers = append(s.RealServers, decodeRealServer(t, s, s.HealthCheck))
 		}
 	}
 	checkDuplicateRealServers(n, s.RealServers)
+}
+
+func decodeSourceRanges(n *node, s *Service) {
 	s.SourceRanges = n.prefixes("source_ranges")
 	for i, p := range s.SourceRanges {
 		if family(p.Addr()) != s.Family() {
 			n.errorf(fmt.Sprintf("source_ranges[%d]", i), "%s is IPv%d but the service is IPv%d; expected ranges of the service's family", p, family(p.Addr()), s.Family())
 		}
 	}
+}
+
+// decodeServiceConsul decodes the service's [service.consul] (real servers
+// from Consul) and [service.consul_register] (its VIPs into Consul).
+func decodeServiceConsul(n *node, s *Service) {
 	if t := n.table("consul"); t != nil {
 		s.Consul = decodeConsulService(t)
 		s.Consul.OwnChecks = n.has("health_check")
 	}
 	if t := n.table("consul_register"); t != nil {
-		s.Register = decodeConsulRegister(t, &s)
+		s.Register = decodeConsulRegister(t, s)
 		if len(s.VIPs) == 0 && n.has("node_port") {
 			n.errorf("consul_register", "a NodePort-like service without VIPs has no VIP to register; expected vips = [...] or no [service.consul_register]")
 		}
 	}
-	decodeQuorum(n, &s)
+}
+
+// recordPositions keeps where the keys are that validate's checks across
+// services point at.
+func recordPositions(n *node, s *Service) {
 	s.path = n.path
 	s.namePos = n.pos("name")
 	if s.NodePort != 0 {
@@ -311,8 +354,6 @@ func decodeService(n *node) Service {
 			s.vipPos[i] = n.pos("vips[" + strconv.Itoa(i) + "]")
 		}
 	}
-	n.finish()
-	return s
 }
 
 func decodeVIPs(n *node, s *Service) {
