@@ -219,8 +219,34 @@ func (a *Applier) write(adds, dels []key, stats *Stats) error {
 func (a *Applier) applyFull(st *desired.State) (Stats, error) {
 	var stats Stats
 	a.prev = nil
-	// Recounted in the map of the last count: cleared, it keeps its room,
-	// and a second map of 200,000 entries never exists next to it.
+	count := a.recount(st)
+	var d dumped
+	err := a.dump(count, &d)
+	stats.Dumps++
+	if err != nil {
+		return stats, fmt.Errorf("listing ipsets: %w", err)
+	}
+	a.count = count
+	usable, errs, err := a.ensureSets(&d, &stats)
+	if err != nil {
+		return stats, err
+	}
+	adds := unmark(count, usable)
+	a.startPerSet(adds, d.dels)
+	if err := a.write(adds, d.dels, &stats); err != nil {
+		errs = append(errs, err)
+	}
+	if len(errs) == 0 {
+		a.prev = st
+	}
+	stats.Entries = len(a.count)
+	return stats, errors.Join(errs...)
+}
+
+// recount counts st's members from scratch. It recounts in the map of the
+// last count: cleared, it keeps its room, and a second map of 200,000
+// entries never exists next to it.
+func (a *Applier) recount(st *desired.State) map[key]int32 {
 	count := a.count
 	if count == nil {
 		count = map[key]int32{}
@@ -236,22 +262,32 @@ func (a *Applier) applyFull(st *desired.State) (Stats, error) {
 		a.buf = st.AppendMembers(a.buf[:0], &st.Services[i])
 		add(a.buf)
 	}
+	return count
+}
+
+// dumped is what a full sync's dump found of lbd's sets.
+type dumped struct {
+	found, wrong [desired.NumSets]bool // wrong: of another type or family
+	got          [desired.NumSets]desired.SetType
+	dels         []key // entries the kernel has and nobody needs
+}
+
+// dump streams the kernel's sets into d and count: it records which of
+// lbd's sets exist, and compares their entries with count as they come.
+func (a *Applier) dump(count map[key]int32, d *dumped) error {
 	var names [desired.NumSets]string
 	for id := range desired.NumSets {
 		names[id] = id.Spec().Name
 	}
-	var found, wrong [desired.NumSets]bool
-	var got [desired.NumSets]desired.SetType
-	var dels []key
-	err := a.k.Dump(func(name string, t desired.SetType, family int) func(desired.SetEntry) {
+	return a.k.Dump(func(name string, t desired.SetType, family int) func(desired.SetEntry) {
 		i := slices.Index(names[:], name)
 		if i < 0 {
 			return nil
 		}
 		id := desired.SetID(i)
-		found[id], got[id] = true, t
+		d.found[id], d.got[id] = true, t
 		if spec := id.Spec(); t != spec.Type || family != spec.Family {
-			wrong[id] = true
+			d.wrong[id] = true
 			return nil
 		}
 		// Mark what the kernel has by negating its count (no second map of
@@ -262,26 +298,26 @@ func (a *Applier) applyFull(st *desired.State) (Stats, error) {
 			case n > 0:
 				count[k] = -n
 			case n == 0:
-				dels = append(dels, k)
+				d.dels = append(d.dels, k)
 			}
 		}
 	})
-	stats.Dumps++
-	if err != nil {
-		return stats, fmt.Errorf("listing ipsets: %w", err)
-	}
-	a.count = count
-	var errs []error
-	usable := [desired.NumSets]bool{}
+}
+
+// ensureSets creates the sets d did not find and replaces those of the
+// wrong type, and reports which sets can take entries. errs are the sets
+// that could not be created; err, a set that could not be replaced, ends
+// the sync.
+func (a *Applier) ensureSets(d *dumped, stats *Stats) (usable [desired.NumSets]bool, errs []error, err error) {
 	for id := range desired.NumSets {
 		spec := id.Spec()
-		ok := found[id]
+		ok := d.found[id]
 		// A set of lbd's name but the wrong type (an older lbd, a hand
 		// edit) is replaced; a set in use by a rule cannot be, and says so.
-		if ok && wrong[id] {
+		if ok && d.wrong[id] {
 			stats.Writes++
 			if err := a.k.Destroy(spec.Name); err != nil {
-				return stats, fmt.Errorf("replacing ipset %s (%s, want %s): %w", spec.Name, got[id], spec.Type, err)
+				return usable, errs, fmt.Errorf("replacing ipset %s (%s, want %s): %w", spec.Name, d.got[id], spec.Type, err)
 			}
 			ok = false
 		}
@@ -294,6 +330,12 @@ func (a *Applier) applyFull(st *desired.State) (Stats, error) {
 		}
 		usable[id] = true
 	}
+	return usable, errs, nil
+}
+
+// unmark restores the counts that dump negated, and returns the counted
+// entries the kernel lacks, in the sets that can take them.
+func unmark(count map[key]int32, usable [desired.NumSets]bool) []key {
 	var adds []key
 	for k, n := range count {
 		switch {
@@ -303,25 +345,22 @@ func (a *Applier) applyFull(st *desired.State) (Stats, error) {
 			adds = append(adds, k)
 		}
 	}
+	return adds
+}
+
+// startPerSet sets perSet to what the kernel holds before adds and dels
+// are written: write counts what it adds and deletes.
+func (a *Applier) startPerSet(adds, dels []key) {
 	a.perSet = [desired.NumSets]int{}
-	for k := range count {
+	for k := range a.count {
 		a.perSet[k.set]++
 	}
-	// write counts what it adds and deletes: start from what is there.
 	for _, k := range adds {
 		a.perSet[k.set]--
 	}
 	for _, k := range dels {
 		a.perSet[k.set]++
 	}
-	if err := a.write(adds, dels, &stats); err != nil {
-		errs = append(errs, err)
-	}
-	if len(errs) == 0 {
-		a.prev = st
-	}
-	stats.Entries = len(a.count)
-	return stats, errors.Join(errs...)
 }
 
 // Counts returns the number of entries per set as last applied.
