@@ -51,92 +51,114 @@ type Metrics struct {
 // New returns the metrics in a registry of their own, with the Go runtime
 // and process collectors.
 func New() *Metrics {
-	m := &Metrics{
-		reg: prometheus.NewRegistry(),
-		syncDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "lbd_sync_duration_seconds",
-			Help:    "Time one sync of the kernel state took, by why it ran (requested, periodic, retry).",
-			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16), // 0.5 ms .. 16 s
-		}, []string{"reason"}),
-		syncLast: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "lbd_sync_last_timestamp_seconds",
-			Help: "When the last sync ran (Unix time).",
-		}),
-		syncWrites: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "lbd_sync_kernel_writes",
-			Help:    "Kernel writes per sync.",
-			Buckets: []float64{0, 1, 3, 10, 30, 100, 1000, 10000, 100000},
-		}),
-		kernelWrites: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "lbd_kernel_writes_total",
-			Help: "Kernel writes made by syncs.",
-		}),
-		kernelDumps: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "lbd_kernel_dumps_total",
-			Help: "Kernel state dumps made by syncs.",
-		}),
-		syncErrors: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "lbd_sync_errors_total",
-			Help: "Syncs that failed (and were retried).",
-		}),
-		syncHeld: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "lbd_sync_held_total",
-			Help: "Syncs whose deletions the safety valve held back (their other changes were applied).",
-		}),
-		services: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "lbd_virtual_servers",
-			Help: "IPVS virtual servers in the desired state.",
-		}),
-		draining: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "lbd_real_servers_draining",
-			Help: "Real servers kept at weight 0 until their connections end.",
-		}),
-		configLoads: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "lbd_config_loads_total",
-			Help: "Configuration loads, by result (applied, rejected).",
-		}, []string{"result"}),
-		configLast: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "lbd_config_last_load_timestamp_seconds",
-			Help: "When the configuration was last loaded (Unix time), by result.",
-		}, []string{"result"}),
-		checkTime: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "lbd_health_check_duration_seconds",
-			Help:    "Time one health check took, by check type.",
-			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 9), // 0.1 ms .. 6.5 s
-		}, []string{"type"}),
-		checkFails: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "lbd_health_check_failures_total",
-			Help: "Health checks that failed, by check type.",
-		}, []string{"type"}),
-		programming: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "lbd_network_programming_latency_seconds",
-			Help:    "From an input change (configuration, Consul, health, host addresses) to the kernel written by the sync that took it.",
-			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
-		}),
-		filterRules: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "lbd_iptables_rules",
-			Help: "iptables rules lbd owns (both families); a fixed set that does not grow with services.",
-		}),
-		setEntries: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "lbd_ipset_entries",
-			Help: "Entries in lbd's ipsets (both families).",
-		}),
-		realUp: &healthCollector{desc: prometheus.NewDesc("lbd_real_server_healthy",
-			"1 when a real server of a service passes its checks, 0 when it does not.",
-			[]string{"service", "real_server"}, nil)},
-	}
+	m := &Metrics{reg: prometheus.NewRegistry()}
 	m.reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		m.syncDuration, m.syncLast, m.syncWrites, m.kernelWrites, m.kernelDumps,
-		m.syncErrors, m.syncHeld, m.services, m.draining, m.configLoads, m.configLast,
-		m.checkTime, m.checkFails, m.realUp, m.programming, m.filterRules, m.setEntries,
+	)
+	m.registerSync()
+	m.registerConfig()
+	m.registerHealth()
+	m.registerKernel()
+	return m
+}
+
+// registerSync adds the metrics of the syncs and of the state they apply.
+func (m *Metrics) registerSync() {
+	m.syncDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "lbd_sync_duration_seconds",
+		Help:    "Time one sync of the kernel state took, by why it ran (requested, periodic, retry).",
+		Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16), // 0.5 ms .. 16 s
+	}, []string{"reason"})
+	m.syncLast = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "lbd_sync_last_timestamp_seconds",
+		Help: "When the last sync ran (Unix time).",
+	})
+	m.syncWrites = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "lbd_sync_kernel_writes",
+		Help:    "Kernel writes per sync.",
+		Buckets: []float64{0, 1, 3, 10, 30, 100, 1000, 10000, 100000},
+	})
+	m.kernelWrites = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "lbd_kernel_writes_total",
+		Help: "Kernel writes made by syncs.",
+	})
+	m.kernelDumps = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "lbd_kernel_dumps_total",
+		Help: "Kernel state dumps made by syncs.",
+	})
+	m.syncErrors = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "lbd_sync_errors_total",
+		Help: "Syncs that failed (and were retried).",
+	})
+	m.syncHeld = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "lbd_sync_held_total",
+		Help: "Syncs whose deletions the safety valve held back (their other changes were applied).",
+	})
+	m.services = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "lbd_virtual_servers",
+		Help: "IPVS virtual servers in the desired state.",
+	})
+	m.draining = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "lbd_real_servers_draining",
+		Help: "Real servers kept at weight 0 until their connections end.",
+	})
+	m.reg.MustRegister(m.syncDuration, m.syncLast, m.syncWrites, m.kernelWrites, m.kernelDumps,
+		m.syncErrors, m.syncHeld, m.services, m.draining)
+}
+
+// registerConfig adds the metrics of configuration loads.
+func (m *Metrics) registerConfig() {
+	m.configLoads = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "lbd_config_loads_total",
+		Help: "Configuration loads, by result (applied, rejected).",
+	}, []string{"result"})
+	m.configLast = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "lbd_config_last_load_timestamp_seconds",
+		Help: "When the configuration was last loaded (Unix time), by result.",
+	}, []string{"result"})
+	m.reg.MustRegister(m.configLoads, m.configLast)
+}
+
+// registerHealth adds the metrics of health checks and their results.
+func (m *Metrics) registerHealth() {
+	m.checkTime = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "lbd_health_check_duration_seconds",
+		Help:    "Time one health check took, by check type.",
+		Buckets: prometheus.ExponentialBuckets(0.0001, 4, 9), // 0.1 ms .. 6.5 s
+	}, []string{"type"})
+	m.checkFails = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "lbd_health_check_failures_total",
+		Help: "Health checks that failed, by check type.",
+	}, []string{"type"})
+	m.realUp = &healthCollector{desc: prometheus.NewDesc("lbd_real_server_healthy",
+		"1 when a real server of a service passes its checks, 0 when it does not.",
+		[]string{"service", "real_server"}, nil)}
+	m.reg.MustRegister(m.checkTime, m.checkFails, m.realUp)
+}
+
+// registerKernel adds the metrics of the kernel state: how soon it follows
+// a change, what lbd keeps in it, and the conntrack table.
+func (m *Metrics) registerKernel() {
+	m.programming = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "lbd_network_programming_latency_seconds",
+		Help:    "From an input change (configuration, Consul, health, host addresses) to the kernel written by the sync that took it.",
+		Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+	})
+	m.filterRules = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "lbd_iptables_rules",
+		Help: "iptables rules lbd owns (both families); a fixed set that does not grow with services.",
+	})
+	m.setEntries = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "lbd_ipset_entries",
+		Help: "Entries in lbd's ipsets (both families).",
+	})
+	m.reg.MustRegister(m.programming, m.filterRules, m.setEntries,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "lbd_conntrack_entries", Help: "Connections the kernel tracks (nf_conntrack_count)."},
 			func() float64 { return readProcNumber(procSys + "net/netfilter/nf_conntrack_count") }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "lbd_conntrack_entries_max", Help: "Size of the conntrack table (nf_conntrack_max)."},
 			func() float64 { return readProcNumber(procSys + "net/netfilter/nf_conntrack_max") }),
 	)
-	return m
 }
 
 // Registry returns the registry, for tests and for other packages'
