@@ -13,8 +13,6 @@ package file
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -213,57 +211,24 @@ type loop struct {
 	attempted string // fingerprint of the files at the latest load
 	delivered string // fingerprint of the snapshot in force; "" if unknown
 	failed    bool   // the latest load failed
+
+	debounceTimer *time.Timer // fires when a burst of events has settled
+	retryTimer    *time.Timer // fires to retry watching while watchErr != nil
+	pendingSince  time.Time   // first event of the current burst; zero if none
 }
 
 func (l *loop) run(ctx context.Context) error {
-	debounce := stoppedTimer()
-	defer debounce.Stop()
-	retry := stoppedTimer()
-	defer retry.Stop()
+	l.debounceTimer = stoppedTimer()
+	defer l.debounceTimer.Stop()
+	l.retryTimer = stoppedTimer()
+	defer l.retryTimer.Stop()
 	recheck := time.NewTicker(l.recheck)
 	defer recheck.Stop()
 
-	var pendingSince time.Time // first event of the current burst; zero if none
-
-	// settle re-establishes watches and reports whether a reload is due
-	// because a directory came back or appeared.
-	settle := func() (reload, mainPresent bool) {
-		changed, err := l.reconcile()
-		l.setWatchErr(err)
-		if err != nil {
-			retry.Reset(l.backoff)
-			l.backoff = min(2*l.backoff, maxRetry)
-		} else {
-			retry.Stop()
-			l.backoff = minRetry
-		}
-		return changed, !errors.Is(err, errMainDirMissing)
-	}
-
-	// arm schedules a reload once events stop for Debounce, but no later
-	// than maxWaitFactor*Debounce after the first one, so that constant
-	// writes still lead to a reload.
-	arm := func() {
-		now := time.Now()
-		if pendingSince.IsZero() {
-			pendingSince = now
-		}
-		wait := min(l.debounce, pendingSince.Add(maxWaitFactor*l.debounce).Sub(now))
-		debounce.Reset(max(wait, 0))
-	}
-
-	// load reads the files now. Events received so far are covered by it,
-	// so a pending debounce is dropped.
-	load := func(explicit bool) {
-		debounce.Stop()
-		pendingSince = time.Time{}
-		l.loadAndDeliver(explicit)
-	}
-
-	settle()
+	l.settle()
 	// Always load once at start, even if the directory is missing, so that
 	// the failure is visible in Status.
-	load(false)
+	l.loadNow(false)
 
 	for {
 		select {
@@ -275,7 +240,7 @@ func (l *loop) run(ctx context.Context) error {
 				return errors.New("discovery/file: watcher stopped unexpectedly")
 			}
 			if l.relevant(ev.Name) {
-				arm()
+				l.arm()
 			}
 
 		case err, ok := <-l.w.Errors:
@@ -285,36 +250,82 @@ func (l *loop) run(ctx context.Context) error {
 			// Events may have been lost (e.g. fsnotify.ErrEventOverflow):
 			// re-read everything rather than trust the last state.
 			l.log.Debug("config watcher error; reloading", "error", err)
-			arm()
+			l.arm()
 
-		case <-debounce.C:
-			pendingSince = time.Time{}
-			// While the directory is missing there is nothing to read;
-			// the retry reloads when it is back.
-			if _, present := settle(); present {
-				load(false)
-			}
+		case <-l.debounceTimer.C:
+			l.debounced()
 
 		case <-l.reload:
 			// An explicit request always reads and answers in the log,
 			// even when the directory is missing.
-			settle()
-			load(true)
+			l.settle()
+			l.loadNow(true)
 
-		case <-retry.C:
-			if reload, present := settle(); reload && present {
-				load(false)
+		case <-l.retryTimer.C:
+			if reload, present := l.settle(); reload && present {
+				l.loadNow(false)
 			}
 
 		case <-recheck.C:
-			reload, present := settle()
-			if !present {
-				continue
-			}
-			if fp, _ := l.fingerprint(); reload || fp != l.attempted {
-				load(false)
-			}
+			l.recheckFiles()
 		}
+	}
+}
+
+// settle re-establishes watches and reports whether a reload is due
+// because a directory came back or appeared.
+func (l *loop) settle() (reload, mainPresent bool) {
+	changed, err := l.reconcile()
+	l.setWatchErr(err)
+	if err != nil {
+		l.retryTimer.Reset(l.backoff)
+		l.backoff = min(2*l.backoff, maxRetry)
+	} else {
+		l.retryTimer.Stop()
+		l.backoff = minRetry
+	}
+	return changed, !errors.Is(err, errMainDirMissing)
+}
+
+// arm schedules a reload once events stop for Debounce, but no later
+// than maxWaitFactor*Debounce after the first one, so that constant
+// writes still lead to a reload.
+func (l *loop) arm() {
+	now := time.Now()
+	if l.pendingSince.IsZero() {
+		l.pendingSince = now
+	}
+	wait := min(l.debounce, l.pendingSince.Add(maxWaitFactor*l.debounce).Sub(now))
+	l.debounceTimer.Reset(max(wait, 0))
+}
+
+// loadNow reads the files now. Events received so far are covered by it,
+// so a pending debounce is dropped.
+func (l *loop) loadNow(explicit bool) {
+	l.debounceTimer.Stop()
+	l.pendingSince = time.Time{}
+	l.loadAndDeliver(explicit)
+}
+
+// debounced reloads after a burst of events has settled.
+func (l *loop) debounced() {
+	l.pendingSince = time.Time{}
+	// While the directory is missing there is nothing to read;
+	// the retry reloads when it is back.
+	if _, present := l.settle(); present {
+		l.loadNow(false)
+	}
+}
+
+// recheckFiles is the periodic safety re-check: it reloads when a watch
+// had to be re-established or the files differ from the latest load.
+func (l *loop) recheckFiles() {
+	reload, present := l.settle()
+	if !present {
+		return
+	}
+	if fp, _ := l.fingerprint(); reload || fp != l.attempted {
+		l.loadNow(false)
 	}
 }
 
@@ -412,28 +423,8 @@ func (l *loop) setWatchErr(err error) {
 	l.setStatus(func(st *Status) { st.WatchErr = err })
 }
 
-// fingerprint hashes the names and content of the files config.Load reads
-// (config.Files), including any error reading them, and returns those files.
-// Configurations are small: reading them is cheaper than being wrong about
-// an mtime.
-func (l *loop) fingerprint() (string, []string) {
-	h := sha256.New()
-	files, err := config.Files(l.mainFile)
-	if err != nil {
-		fmt.Fprintf(h, "error %v\x00", err)
-		files = []string{l.mainFile}
-	}
-	for _, p := range files {
-		data, err := os.ReadFile(p)
-		if err != nil {
-			fmt.Fprintf(h, "%s\x00error %v\x00", p, err)
-			continue
-		}
-		fmt.Fprintf(h, "%s\x00%d\x00", p, len(data))
-		h.Write(data)
-	}
-	return hex.EncodeToString(h.Sum(nil)), files
-}
+// fingerprint hashes the files config.Load reads (see fingerprint).
+func (l *loop) fingerprint() (string, []string) { return fingerprint(l.mainFile) }
 
 // loadAndDeliver loads the configuration and, if it is good and differs
 // from the one in force, delivers it. explicit marks a Reload request,
@@ -511,5 +502,3 @@ func covers(read, loaded []string) bool {
 	}
 	return true
 }
-
-func short(fp string) string { return fp[:12] }
