@@ -3,6 +3,7 @@ package dataplane_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"net/netip"
 	"slices"
@@ -51,6 +52,17 @@ func start(t *testing.T, opts dataplane.Options, before ...func(*dataplane.Datap
 	return dp
 }
 
+// sources delivers cfg as the daemon does, with an edition: every
+// configuration a test parses is a new one, an edit of the admin's.
+func sources(cfg *config.Config, reals map[string][]config.RealServer, services []config.Service) dataplane.Sources {
+	return dataplane.Sources{Config: cfg, Edition: edition(cfg), Reals: reals, Services: services}
+}
+
+func edition(cfg *config.Config) string { return fmt.Sprintf("%p", cfg) }
+
+// setConfig delivers cfg with nothing discovered.
+func setConfig(dp *dataplane.Dataplane, cfg *config.Config) { dp.SetSources(sources(cfg, nil, nil)) }
+
 const conf = `
 [sync]
 min_sync_period = "1s"
@@ -83,7 +95,7 @@ func TestDataplaneSyncs(t *testing.T) {
 			t.Fatalf("synced before a configuration: writes %d, last %+v", writes, dp.Last())
 		}
 
-		dp.SetConfig(first)
+		setConfig(dp, first)
 		synctest.Wait()
 		want := "192.0.2.10:80/tcp wrr flags=0x0 timeout=0\n  -> 10.0.0.1:80 w=3\n  -> 10.0.0.2:80 w=1\n"
 		if kv.String() != want || ka.String() != "lbd0: 192.0.2.10\n" {
@@ -93,7 +105,7 @@ func TestDataplaneSyncs(t *testing.T) {
 		// A weight change: no kernel reads, one write.
 		dumps := func() int { a, _ := kv.Counts(); b, _ := ka.Counts(); return a + b }
 		before := dumps()
-		dp.SetConfig(parse(t, strings.Replace(conf, "%d", "5", 1)))
+		setConfig(dp, parse(t, strings.Replace(conf, "%d", "5", 1)))
 		synctest.Wait()
 		last := dp.Last()
 		if last.Writes != 1 || last.Dumps != 0 || dumps() != before {
@@ -131,7 +143,7 @@ port = 80
 real_server = [{ address = "10.0.1.1" }]
 `)
 		dp := start(t, dataplane.Options{IPVS: ipvs.New(kv, &fakeipvs.Ledger{}), Sync: cfg.Sync})
-		dp.SetConfig(cfg)
+		setConfig(dp, cfg)
 		synctest.Wait()
 		before := kv.String()
 
@@ -150,7 +162,7 @@ real_server = [{ address = "10.0.1.1" }]
 		dp.SetHealth(h)
 		time.Sleep(2 * time.Second)
 		synctest.Wait()
-		if last := dp.Last(); !strings.Contains(last.Held, "would delete 3 of 5 real servers") ||
+		if last := dp.Last(); !strings.Contains(last.Held.String(), "would delete 3 of 5 real servers") ||
 			kv.String() != strings.Replace(before, "10.0.1.1:80 w=1", "10.0.1.1:80 w=0", 1) {
 			t.Errorf("mass removal not held, or the rest not applied: %+v\n%s", last, kv)
 		}
@@ -160,27 +172,27 @@ real_server = [{ address = "10.0.1.1" }]
 			ap := netip.MustParseAddrPort(addr)
 			return config.RealServer{Address: ap.Addr(), Port: ap.Port(), Weight: 1, HealthCheck: &config.HealthCheck{Type: config.CheckNone}}
 		}
-		dp.SetSources(cfg, map[string][]config.RealServer{"api": {added("10.0.1.2:80"), added("10.0.1.3:80")}}, nil)
+		dp.SetSources(sources(cfg, map[string][]config.RealServer{"api": {added("10.0.1.2:80"), added("10.0.1.3:80")}}, nil))
 		time.Sleep(2 * time.Second)
 		synctest.Wait()
 		dp.SetHealth(maps.Clone(h)) // one more sync, now with the additions applied
 		time.Sleep(2 * time.Second)
 		synctest.Wait()
-		if last := dp.Last(); last.Held == "" || !strings.Contains(kv.String(), "10.0.0.2:80 w=1") || !strings.Contains(kv.String(), "10.0.1.3:80 w=1") {
+		if last := dp.Last(); !last.Held.Active() || !strings.Contains(kv.String(), "10.0.0.2:80 w=1") || !strings.Contains(kv.String(), "10.0.1.3:80 w=1") {
 			t.Errorf("additions released the held deletions, or were not applied: %+v\n%s", last, kv)
 		}
 		// One of five is within the limit.
 		dp.SetHealth(down("10.0.0.1:80"))
 		time.Sleep(2 * time.Second)
 		synctest.Wait()
-		if last := dp.Last(); last.Held != "" || !strings.Contains(kv.String(), "10.0.0.1:80 w=0") {
+		if last := dp.Last(); last.Held.Active() || !strings.Contains(kv.String(), "10.0.0.1:80 w=0") {
 			t.Errorf("a small removal was held: %+v\n%s", last, kv)
 		}
 		// The admin removing every real server is obeyed.
-		dp.SetConfig(parse(t, "[[service]]\nname = \"web\"\nvips = [\"192.0.2.10\"]\nport = 80\n"))
+		setConfig(dp, parse(t, "[[service]]\nname = \"web\"\nvips = [\"192.0.2.10\"]\nport = 80\n"))
 		time.Sleep(2 * time.Second)
 		synctest.Wait()
-		if last := dp.Last(); last.Held != "" || last.Draining != 4 {
+		if last := dp.Last(); last.Held.Active() || last.Draining != 4 {
 			t.Errorf("an admin edit was held: %+v\n%s", last, kv)
 		}
 	})
@@ -206,7 +218,7 @@ service = "web"
 		api := cfg.Services[0]
 		api.Name, api.VIPs, api.Port, api.RealServers = "api", []netip.Addr{netip.MustParseAddr("192.0.2.20")}, 443, []config.RealServer{rs("10.0.1.1:8443", false)}
 		reals := map[string][]config.RealServer{"web": {rs("10.0.0.2:80", false), rs("10.0.0.3:80", false), rs("10.0.0.4:80", true)}}
-		dp.SetSources(cfg, reals, []config.Service{api})
+		dp.SetSources(sources(cfg, reals, []config.Service{api}))
 		synctest.Wait()
 		got := kv.String()
 		for _, want := range []string{"10.0.0.1:80 w=1", "10.0.0.2:80 w=2", "10.0.0.3:80 w=2", "10.0.0.4:80 w=0", "192.0.2.20:443", "10.0.1.1:8443 w=2"} {
@@ -218,10 +230,10 @@ service = "web"
 			t.Errorf("healthy counts: web %d, api %d; want 3 (one down) and 1", st.Services[0].Healthy, st.Services[1].Healthy)
 		}
 		// Discovery answering empty is not the admin's edit: held.
-		dp.SetSources(cfg, nil, nil)
+		dp.SetSources(sources(cfg, nil, nil))
 		time.Sleep(2 * time.Second)
 		synctest.Wait()
-		if last := dp.Last(); last.Held == "" || kv.String() != got {
+		if last := dp.Last(); !last.Held.Active() || kv.String() != got {
 			t.Errorf("discovery emptying the services was applied: %+v\n%s", last, kv)
 		}
 		if st, ok := dp.Applied(); !ok || len(st.Services) != 2 {
@@ -246,14 +258,14 @@ real_server = [{ address = "10.0.0.1" }, { address = "10.0.0.2" }, { address = "
 `
 		cfg := parse(t, web)
 		dp := start(t, dataplane.Options{IPVS: ipvs.New(kv, &fakeipvs.Ledger{}), Sync: cfg.Sync})
-		dp.SetConfig(cfg)
+		setConfig(dp, cfg)
 		synctest.Wait()
 
 		// The admin adds a service the kernel refuses once.
 		edited := parse(t, web+"[[service]]\nname = \"api\"\nvips = [\"192.0.2.20\"]\nport = 443\n")
 		api := lvs.Key{Addr: netip.MustParseAddr("192.0.2.20"), Port: 443, Protocol: lvs.TCP}
 		kv.Fail = map[lvs.Key]error{api: syscall.EINVAL}
-		dp.SetConfig(edited)
+		setConfig(dp, edited)
 		synctest.Wait()
 		if last := dp.Last(); last.Err == nil || !slices.Equal(last.Failed, []lvs.Key{api}) || !strings.Contains(kv.String(), "10.0.0.3:80 w=1") {
 			t.Fatalf("refused service: %+v\n%s; want an error naming only api, web applied", last, kv)
@@ -266,7 +278,7 @@ real_server = [{ address = "10.0.0.1" }, { address = "10.0.0.2" }, { address = "
 		dp.SetHealth(down)
 		time.Sleep(2 * time.Second)
 		synctest.Wait()
-		if last := dp.Last(); !strings.Contains(last.Held, "would delete 2 of 3 real servers") || strings.Contains(kv.String(), "w=0") {
+		if last := dp.Last(); !strings.Contains(last.Held.String(), "would delete 2 of 3 real servers") || strings.Contains(kv.String(), "w=0") {
 			t.Errorf("mass removal after a failed edit not held: %+v\nbefore:\n%safter:\n%s", last, before, kv)
 		}
 	})
@@ -303,9 +315,9 @@ real_server = [{ address = "10.0.0.1" }%s]
 		cfg := parse(t, strings.Replace(dns, "%s", `, { address = "10.0.0.2" }`, 1))
 		ct := &failingCleaner{fail: 1}
 		dp := start(t, dataplane.Options{IPVS: ipvs.New(kv, &fakeipvs.Ledger{}), Conntrack: ct, Sync: cfg.Sync})
-		dp.SetConfig(cfg)
+		setConfig(dp, cfg)
 		synctest.Wait()
-		dp.SetConfig(parse(t, strings.Replace(dns, "%s", "", 1)))
+		setConfig(dp, parse(t, strings.Replace(dns, "%s", "", 1)))
 		time.Sleep(10 * time.Second) // the retry's backoff
 		synctest.Wait()
 		want := []conntrack.Flow{{VIP: netip.MustParseAddrPort("192.0.2.53:53"), Real: netip.MustParseAddrPort("10.0.0.2:53")}}
@@ -372,15 +384,15 @@ service = "web"
 				cfg := parse(t, cfgText)
 				var baseline func(*dataplane.Dataplane)
 				if tt.baseline {
-					baseline = func(dp *dataplane.Dataplane) { dp.SetRestartBaseline(cfg, kernel) }
+					baseline = func(dp *dataplane.Dataplane) { dp.SetRestartBaseline(edition(cfg), kernel) }
 				}
 				dp := start(t, dataplane.Options{IPVS: ipvs.New(kv, &fakeipvs.Ledger{Keys: map[lvs.Key]bool{web: true}}), Sync: cfg.Sync}, baseline)
 				// Consul answers with none of its three real servers.
-				dp.SetSources(cfg, nil, nil)
+				dp.SetSources(sources(cfg, nil, nil))
 				synctest.Wait()
 				last, k := dp.Last(), kv.String()
 				kept := strings.Contains(k, "10.0.0.4:80 w=1")
-				if held := last.Held != ""; held != tt.wantHeld || kept != tt.wantHeld {
+				if held := last.Held.Active(); held != tt.wantHeld || kept != tt.wantHeld {
 					t.Errorf("held %q, real servers kept %v; want held %v\n%s", last.Held, kept, tt.wantHeld, k)
 				}
 				if !tt.wantHeld {
@@ -388,16 +400,16 @@ service = "web"
 				}
 				// An edit of another service keeps the hold; one of web releases it.
 				other := parse(t, cfgText+"[[service]]\nname = \"api\"\nvips = [\"192.0.2.20\"]\nport = 80\n")
-				dp.SetSources(other, nil, nil)
+				dp.SetSources(sources(other, nil, nil))
 				time.Sleep(2 * time.Second)
 				synctest.Wait()
-				if last := dp.Last(); last.Held == "" || !strings.Contains(kv.String(), "10.0.0.4:80 w=1") || !strings.Contains(kv.String(), "192.0.2.20:80") {
+				if last := dp.Last(); !last.Held.Active() || !strings.Contains(kv.String(), "10.0.0.4:80 w=1") || !strings.Contains(kv.String(), "192.0.2.20:80") {
 					t.Errorf("an edit of another service after the restart: %+v\n%s", last, kv)
 				}
-				dp.SetSources(parse(t, strings.Replace(cfgText, "[service.consul]\nservice = \"web\"\n", "", 1)), nil, nil)
+				dp.SetSources(sources(parse(t, strings.Replace(cfgText, "[service.consul]\nservice = \"web\"\n", "", 1)), nil, nil))
 				time.Sleep(2 * time.Second)
 				synctest.Wait()
-				if last := dp.Last(); last.Held != "" || !strings.Contains(kv.String(), "10.0.0.4:80 w=0") {
+				if last := dp.Last(); last.Held.Active() || !strings.Contains(kv.String(), "10.0.0.4:80 w=0") {
 					t.Errorf("an edit of web after the restart: %+v\n%s", last, kv)
 				}
 			})
@@ -417,7 +429,7 @@ func TestRefusedServiceKeepsSyncsIncremental(t *testing.T) {
 		dp := start(t, dataplane.Options{IPVS: ipvs.New(kv, &fakeipvs.Ledger{}), Sync: cfg.Sync})
 		// No ip_vs_mh: the kernel answers every add of api with ENOENT.
 		kv.Fail = map[lvs.Key]error{api: syscall.ENOENT}
-		dp.SetConfig(cfg)
+		setConfig(dp, cfg)
 		synctest.Wait()
 		if last := dp.Last(); !errors.Is(last.Err, syscall.ENOENT) || !strings.Contains(kv.String(), "10.0.0.1:80 w=3") {
 			t.Fatalf("first sync: %+v\n%s", last, kv)
@@ -425,7 +437,7 @@ func TestRefusedServiceKeepsSyncsIncremental(t *testing.T) {
 		kv.Fail = map[lvs.Key]error{api: syscall.ENOENT}
 		dumps := func() int { n, _ := kv.Counts(); return n }
 		before := dumps()
-		dp.SetConfig(parse(t, strings.Replace(text, "weight = 3", "weight = 5", 1)))
+		setConfig(dp, parse(t, strings.Replace(text, "weight = 3", "weight = 5", 1)))
 		synctest.Wait()
 		last := dp.Last()
 		if last.Reason.String() != "requested" || last.Dumps != 0 || dumps() != before || !slices.Equal(last.Failed, []lvs.Key{api}) ||
@@ -467,24 +479,24 @@ real_server = [{ address = "10.0.1.1", weight = 2 }]
 		}
 		dp := start(t, dataplane.Options{IPVS: ipvs.New(kv, &fakeipvs.Ledger{}), Sync: cfg.Sync})
 		step := func(cfg *config.Config, reals map[string][]config.RealServer) dataplane.SyncResult {
-			dp.SetSources(cfg, reals, nil)
+			dp.SetSources(sources(cfg, reals, nil))
 			time.Sleep(2 * time.Second)
 			synctest.Wait()
 			return dp.Last()
 		}
 		step(cfg, consul(2, 3, 4, 5))
 		// Consul answers empty: 4 of 6 real servers. Held.
-		if last := step(cfg, nil); last.Held == "" || !strings.Contains(kv.String(), "10.0.0.5:80 w=1") {
+		if last := step(cfg, nil); !last.Held.Active() || !strings.Contains(kv.String(), "10.0.0.5:80 w=1") {
 			t.Fatalf("mass removal not held: %+v\n%s", last, kv)
 		}
 		// The admin edits api: that goes in, Consul's removal stays held.
 		edited := parse(t, strings.Replace(text, "weight = 2", "weight = 3", 1))
-		if last := step(edited, nil); last.Held == "" || !strings.Contains(kv.String(), "10.0.0.5:80 w=1") || !strings.Contains(kv.String(), "10.0.1.1:80 w=3") {
+		if last := step(edited, nil); !last.Held.Active() || !strings.Contains(kv.String(), "10.0.0.5:80 w=1") || !strings.Contains(kv.String(), "10.0.1.1:80 w=3") {
 			t.Errorf("an unrelated edit: %+v\n%s; want api at w=3 and web's Consul real servers kept", last, kv)
 		}
 		// The admin stops following Consul for web: its edit, obeyed.
 		noConsul := parse(t, strings.Replace(strings.Replace(text, "weight = 2", "weight = 3", 1), "[service.consul]\nservice = \"web\"\n", "", 1))
-		if last := step(noConsul, nil); last.Held != "" || !strings.Contains(kv.String(), "10.0.0.5:80 w=0") {
+		if last := step(noConsul, nil); last.Held.Active() || !strings.Contains(kv.String(), "10.0.0.5:80 w=0") {
 			t.Errorf("the admin's edit of web: %+v\n%s; want web's Consul real servers drained", last, kv)
 		}
 	})

@@ -1,16 +1,19 @@
 package dataplane
 
 import (
+	"context"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 
-	"github.com/lbdproject/lbd/config"
 	"github.com/lbdproject/lbd/dataplane/addrs"
 	"github.com/lbdproject/lbd/dataplane/desired"
 	"github.com/lbdproject/lbd/dataplane/ipset"
 	"github.com/lbdproject/lbd/dataplane/iptables"
 	"github.com/lbdproject/lbd/dataplane/ipvs"
+	"github.com/lbdproject/lbd/dataplane/runner"
+	"github.com/lbdproject/lbd/dataplane/valve"
 	"github.com/lbdproject/lbd/lvs"
 )
 
@@ -162,9 +165,9 @@ func (d *DryRunFilter) Restore(input string) error {
 	return nil
 }
 
-// DiffKernels are the kernel subsystems Diff reads; Sets and Filters may
-// be nil. Addrs should be a LinkChecker too, else the diff takes the dummy
-// link to exist.
+// DiffKernels are the kernel subsystems a dry run reads; Sets and Filters
+// may be nil. Addrs should be a LinkChecker too, else the dry run takes
+// the dummy link to exist.
 type DiffKernels struct {
 	IPVS    ipvs.Kernel
 	Ledger  ipvs.Ledger
@@ -173,36 +176,50 @@ type DiffKernels struct {
 	Filters map[int]iptables.Runner
 }
 
-// Diff returns what a full sync of st would write, without writing: lines
-// starting with + (add), ~ (change) and - (delete), in sync order.
-func Diff(cfg *config.Config, st desired.State, k DiffKernels) ([]string, error) {
-	var ops []string
+// FirstSync is what the first sync of a freshly (re)started lbd works
+// from: the inputs the daemon sets before it.
+type FirstSync struct {
+	Sources   Sources
+	Health    map[lvs.HealthKey]bool
+	HostAddrs []netip.Addr
+	// RestartEdition and RestartKernel are the safety valve's restart
+	// baseline (SetRestartBaseline); without RestartKernel there is none.
+	RestartEdition string
+	RestartKernel  []desired.Service
+}
+
+// DryRun returns what the first sync of a Dataplane fed with in would
+// write to the kernels k, without writing: lines starting with + (add), ~
+// (change) and - (delete), per subsystem in sync order; and what that
+// sync's safety valve would hold back. It runs the sync the daemon runs,
+// valve included, over kernels that record writes instead of making them,
+// so what it prints is what that sync would do.
+func DryRun(in FirstSync, k DiffKernels) ([]string, valve.Hold, error) {
+	cfg := in.Sources.Config
 	da := &DryRunAddrs{Kernel: k.Addrs}
-	if _, err := addrs.New(da, cfg.Dataplane.Interface).Apply(st.VIPs, true); err != nil {
-		return nil, err
-	}
-	ops = append(ops, da.Ops...)
-	if k.Sets != nil {
-		ds := &DryRunSets{Kernel: k.Sets}
-		if _, err := ipset.New(ds).Apply(&st, true); err != nil {
-			return nil, err
-		}
-		ops = append(ops, ds.Ops...)
-	}
-	for _, fam := range []int{4, 6} {
-		r, ok := k.Filters[fam]
-		if !ok {
-			continue
-		}
-		df := &DryRunFilter{Runner: r, Tool: iptables.Tool(fam)}
-		if _, err := iptables.New(df).Apply(desired.Tables(cfg.Dataplane, fam), true); err != nil {
-			return nil, err
-		}
-		ops = append(ops, df.Ops...)
-	}
+	ds := &DryRunSets{Kernel: k.Sets}
 	di := &DryRunIPVS{Kernel: k.IPVS}
-	if _, err := ipvs.New(di, readOnlyLedger{k.Ledger}).Apply(st.Services, true); err != nil {
-		return nil, err
+	opts := Options{IPVS: ipvs.New(di, readOnlyLedger{k.Ledger}), Addrs: addrs.New(da, cfg.Dataplane.Interface), Sync: cfg.Sync}
+	if k.Sets != nil {
+		opts.Sets = ipset.New(ds)
 	}
-	return append(ops, di.Ops...), nil
+	filters := map[int]*DryRunFilter{}
+	opts.Filters = map[int]FilterApplier{}
+	for fam, r := range k.Filters {
+		filters[fam] = &DryRunFilter{Runner: r, Tool: desired.FilterTool(fam)}
+		opts.Filters[fam] = iptables.New(filters[fam])
+	}
+	d := New(opts)
+	d.in = inputs{src: in.Sources, health: in.Health, hostAddrs: in.HostAddrs}
+	if in.RestartKernel != nil {
+		d.in.restart = &restartBaseline{edition: in.RestartEdition, kernel: in.RestartKernel}
+	}
+	err := d.sync(context.Background(), runner.Initial)
+	ops := append(slices.Clone(da.Ops), ds.Ops...)
+	for _, fam := range []int{4, 6} {
+		if f := filters[fam]; f != nil {
+			ops = append(ops, f.Ops...)
+		}
+	}
+	return append(ops, di.Ops...), d.Last().Held, err
 }

@@ -10,7 +10,6 @@ import (
 	"github.com/lbdproject/lbd/dataplane"
 	"github.com/lbdproject/lbd/dataplane/addrs"
 	"github.com/lbdproject/lbd/dataplane/addrs/fakeaddrs"
-	"github.com/lbdproject/lbd/dataplane/desired"
 	"github.com/lbdproject/lbd/dataplane/ipvs"
 	"github.com/lbdproject/lbd/dataplane/ipvs/fakeipvs"
 	"github.com/lbdproject/lbd/lvs"
@@ -45,7 +44,7 @@ scheduler = "rr"
 	}
 	ka := &fakeaddrs.Kernel{Links: map[string]map[netip.Addr]bool{"lbd0": {netip.MustParseAddr("192.0.2.99"): true}}}
 	before := kv.String()
-	ops, err := dataplane.Diff(cfg, desired.Compute(desired.Input{Config: cfg}), dataplane.DiffKernels{IPVS: kv, Ledger: &fakeipvs.Ledger{Keys: map[lvs.Key]bool{old: true}}, Addrs: ka})
+	ops, _, err := dataplane.DryRun(dataplane.FirstSync{Sources: dataplane.Sources{Config: cfg, Edition: "1"}}, dataplane.DiffKernels{IPVS: kv, Ledger: &fakeipvs.Ledger{Keys: map[lvs.Key]bool{old: true}}, Addrs: ka})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,7 +120,7 @@ port = 80
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			ka := tt.addrs()
-			ops, err := dataplane.Diff(cfg, desired.Compute(desired.Input{Config: cfg}), dataplane.DiffKernels{IPVS: &fakeipvs.Kernel{}, Ledger: &fakeipvs.Ledger{}, Addrs: ka})
+			ops, _, err := dataplane.DryRun(dataplane.FirstSync{Sources: dataplane.Sources{Config: cfg, Edition: "1"}}, dataplane.DiffKernels{IPVS: &fakeipvs.Kernel{}, Ledger: &fakeipvs.Ledger{}, Addrs: ka})
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("error %v, want one containing %q", err, tt.wantErr)

@@ -65,7 +65,7 @@ func BenchmarkWeightChange10k(b *testing.B) {
 	defer cancel()
 	go dp.Loop(ctx)
 	sync := func(cfg *config.Config) dataplane.SyncResult {
-		dp.SetConfig(cfg)
+		setConfig(dp, cfg)
 		for {
 			r := <-done
 			if r.Err != nil {

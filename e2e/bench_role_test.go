@@ -399,7 +399,7 @@ func benchLBDRole(args []string) (any, error) {
 				switch {
 				case o.res.Err != nil:
 					return o.f, fmt.Errorf("%s: %w", what, o.res.Err)
-				case o.res.Waiting || o.res.Held != "":
+				case o.res.Waiting || o.res.Held.Active():
 					return o.f, fmt.Errorf("%s: sync waiting or held: %+v", what, o.res)
 				case o.f.Reason == "periodic" && reason == "requested":
 					if o.f.Writes != 0 {
@@ -423,7 +423,7 @@ func benchLBDRole(args []string) (any, error) {
 		}
 		defer stopProfile() // on errors; stopping twice is harmless
 	}
-	dp.SetConfig(cfg)
+	dp.SetSources(dataplane.Sources{Config: cfg, Edition: "bench-0"})
 	if res.Cold, err = next("cold sync", "initial"); err != nil {
 		return nil, err
 	}
@@ -436,7 +436,7 @@ func benchLBDRole(args []string) (any, error) {
 		i := len(changes)
 		svc := (2*i + 1) * len(cfg.Services) / (2 * weightChanges)
 		edited = withWeight(edited, svc, 0, edited.Services[svc].RealServers[0].Weight+1)
-		dp.SetConfig(edited)
+		dp.SetSources(dataplane.Sources{Config: edited, Edition: fmt.Sprintf("bench-%d", tries+1)})
 		f, err := next("sync after a weight change", "requested")
 		if errors.Is(err, errTakenByPeriodic) && tries < 3*weightChanges {
 			continue // the same change again, as an event-driven sync

@@ -187,7 +187,7 @@ func (m *Metrics) ObserveSync(r dataplane.SyncResult) {
 	if r.Err != nil {
 		m.syncErrors.Inc()
 	}
-	if r.Held != "" {
+	if r.Held.Active() {
 		m.syncHeld.Inc()
 	}
 }

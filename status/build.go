@@ -33,7 +33,7 @@ func Build(version string, now time.Time, cfg file.Status, v dataplane.View, ann
 			Duration: v.Last.Duration,
 			Writes:   v.Last.Writes,
 			Dumps:    v.Last.Dumps,
-			Held:     v.Last.Held,
+			Held:     v.Last.Held.String(),
 			Waiting:  v.Last.Waiting,
 		},
 		Services: []Service{},

@@ -20,7 +20,7 @@ and what is accepted. Exit status: 0 valid, 1 invalid, 2 usage error.`,
 		Example: "  lbd check-config\n  lbd check-config /tmp/staging/lbd.toml",
 		Args:    cobra.MaximumNArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
-			cfg, err := loadArg(args)
+			cfg, err := load(pathArg(args))
 			if err != nil {
 				return err
 			}
@@ -38,13 +38,16 @@ and what is accepted. Exit status: 0 valid, 1 invalid, 2 usage error.`,
 	}
 }
 
-// loadArg loads the configuration named by the optional PATH argument (the
-// default path without one); an error exits 1.
-func loadArg(args []string) (*config.Config, error) {
-	path := config.DefaultPath
+// pathArg is the optional PATH argument, the default path without one.
+func pathArg(args []string) string {
 	if len(args) == 1 {
-		path = args[0]
+		return args[0]
 	}
+	return config.DefaultPath
+}
+
+// load loads the configuration at path; an error exits 1.
+func load(path string) (*config.Config, error) {
 	cfg, err := config.Load(path)
 	var list config.ErrorList
 	switch {

@@ -6,6 +6,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/lbdproject/lbd/config"
+	"github.com/lbdproject/lbd/daemon"
 )
 
 func newCleanupCommand() *cobra.Command {
@@ -26,12 +27,7 @@ Run it before removing the package if the dataplane should go too.`,
 				d := config.Defaults()
 				cfg = &d
 			}
-			k, err := openKernel(stateDir)
-			if err != nil {
-				return err
-			}
-			defer k.Close()
-			done, err := k.cleanup(cfg)
+			done, err := daemon.Cleanup(cfg, stateDir)
 			for _, d := range done {
 				fmt.Fprintln(c.OutOrStdout(), "removed", d)
 			}
@@ -42,6 +38,6 @@ Run it before removing the package if the dataplane should go too.`,
 		},
 	}
 	c.Flags().StringVarP(&path, "config", "c", config.DefaultPath, "main configuration file (for the interface name)")
-	c.Flags().StringVar(&stateDir, "state-dir", defaultStateDir, "lbd's runtime state directory")
+	c.Flags().StringVar(&stateDir, "state-dir", daemon.DefaultStateDir, "lbd's runtime state directory")
 	return c
 }

@@ -3,8 +3,10 @@ package desired
 import (
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 
+	"github.com/lbdproject/lbd/config"
 	"github.com/lbdproject/lbd/lvs"
 )
 
@@ -64,4 +66,55 @@ func schedFlagNames(s Service) string {
 		names = append(names, prefix+"-port")
 	}
 	return strings.Join(names, ",")
+}
+
+// WritePlan writes st as `lbd plan` prints it: each subsystem in the
+// form its own tool restores (ipvsadm -Sn, ipset restore,
+// iptables-restore), with dp's interface and packet filter.
+func WritePlan(w io.Writer, st State, dp config.Dataplane) error {
+	fmt.Fprintln(w, "# IPVS (ipvsadm -Sn)")
+	if err := WriteIPVS(w, st); err != nil {
+		return err
+	}
+	vips := make([]string, len(st.VIPs))
+	for i, v := range st.VIPs {
+		vips[i] = v.String()
+	}
+	fmt.Fprintf(w, "\n# VIPs on %s\n%s\n", dp.Interface, strings.Join(vips, "\n"))
+	if len(st.NodeAddrs) > 0 {
+		fmt.Fprintf(w, "\n# node addresses (NodePort-like services)\n")
+		for _, a := range st.NodeAddrs {
+			fmt.Fprintln(w, a)
+		}
+	}
+	fmt.Fprintf(w, "\n# ipsets (ipset restore)\n")
+	sets := st.SetEntries()
+	for _, spec := range SetSpecs() {
+		fam := "inet"
+		if spec.Family == 6 {
+			fam = "inet6"
+		}
+		fmt.Fprintf(w, "create %s %s family %s\n", spec.Name, spec.Type, fam)
+		for _, e := range slices.SortedFunc(slices.Values(sets[spec.Name]), SetEntry.Compare) {
+			fmt.Fprintf(w, "add %s %s\n", spec.Name, e)
+		}
+	}
+	for _, fam := range []int{4, 6} {
+		tool := FilterTool(fam)
+		fmt.Fprintf(w, "\n# %s (%s-restore --noflush)\n", tool, tool)
+		for _, t := range Tables(dp, fam) {
+			io.WriteString(w, RestoreInput(t))
+			for _, j := range t.Jumps {
+				pos := "-A " + j.From
+				if j.First {
+					pos = "-I " + j.From + " 1"
+				}
+				fmt.Fprintf(w, "# jump: %s %s\n", pos, j.Rule())
+			}
+		}
+	}
+	for iface, vips := range st.Announce {
+		fmt.Fprintf(w, "\n# ARP answered on %s for %v\n", iface, vips)
+	}
+	return nil
 }

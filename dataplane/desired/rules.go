@@ -32,6 +32,15 @@ func (j Jump) Rule() string {
 	return "-m comment --comment lbd -j " + j.To
 }
 
+// FilterTool names the packet filter's command of a family (4 or 6):
+// iptables or ip6tables.
+func FilterTool(family int) string {
+	if family == 6 {
+		return "ip6tables"
+	}
+	return "iptables"
+}
+
 // Tables returns lbd's nat and filter rules for one family (iptables for
 // 4, ip6tables for 6), following kube-proxy's IPVS mode. Rules are written
 // exactly as iptables-save prints them (--or-mark is saved as --set-xmark

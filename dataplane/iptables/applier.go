@@ -21,14 +21,6 @@ type Runner interface {
 	Restore(input string) error
 }
 
-// Tool names the command of a family (4 or 6): iptables or ip6tables.
-func Tool(family int) string {
-	if family == 6 {
-		return "ip6tables"
-	}
-	return "iptables"
-}
-
 // Stats counts the kernel work of one Apply.
 type Stats struct {
 	Dumps  int

@@ -7,6 +7,8 @@ import (
 	"os/exec"
 	"strings"
 	"time"
+
+	"github.com/lbdproject/lbd/dataplane/desired"
 )
 
 // ExecRunner runs the iptables tools of one family and backend.
@@ -56,7 +58,7 @@ func Detect() Backend {
 // falling back to the plain iptables-save/restore names where the
 // backend-specific ones are not installed.
 func NewExecRunner(family int, b Backend) *ExecRunner {
-	prefix := Tool(family)
+	prefix := desired.FilterTool(family)
 	r := &ExecRunner{save: prefix + "-" + string(b) + "-save", restore: prefix + "-" + string(b) + "-restore"}
 	if _, err := exec.LookPath(r.save); err != nil {
 		r.save, r.restore = prefix+"-save", prefix+"-restore"

@@ -112,3 +112,26 @@ func Ensure(root string, settings []Setting, log *slog.Logger) error {
 }
 
 func dotted(key string) string { return strings.ReplaceAll(key, "/", ".") }
+
+// Needs says which kernel settings lbd's configuration relies on.
+type Needs struct {
+	// IPv6: some service is, or Consul may define one that is, IPv6.
+	IPv6 bool
+	// StrictARP: the box must not answer ARP for the VIPs on lbd's dummy
+	// interface (kube-proxy's strictARP).
+	StrictARP bool
+}
+
+// Setup checks and sets the settings needs calls for under root (/proc/sys);
+// what cannot be set is logged, not fatal, since a read-only /proc/sys (the
+// hardened unit) is handled by the package's sysctl.d file.
+func Setup(root string, needs Needs, log *slog.Logger) {
+	if needs.IPv6 {
+		if err := KeepRouterAdvertisements(root, log); err != nil {
+			log.Warn("cannot keep router advertisements", "error", err)
+		}
+	}
+	if err := Ensure(root, Required(needs.IPv6, needs.StrictARP), log); err != nil {
+		log.Warn("kernel settings lbd relies on are not in place", "error", err)
+	}
+}

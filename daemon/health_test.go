@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"errors"
@@ -94,14 +94,14 @@ func TestReadSeed(t *testing.T) {
 			}
 		}
 	}
-	got, err := readSeed(k, &fakeipvs.Ledger{Keys: map[lvs.Key]bool{vsWeb: true}})
+	owned, err := ipvs.ReadOwned(k, &fakeipvs.Ledger{Keys: map[lvs.Key]bool{vsWeb: true}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := (healthcheck.Seed{rsA: healthcheck.SeedServed, rsB: healthcheck.SeedHeld}); !maps.Equal(got, want) {
+	if got, want := kernelSeed(owned), (healthcheck.Seed{rsA: healthcheck.SeedServed, rsB: healthcheck.SeedHeld}); !maps.Equal(got, want) {
 		t.Errorf("seed %v, want %v", got, want)
 	}
-	if _, err := readSeed(k, failingLedger{}); err == nil || !strings.Contains(err.Error(), "reading owned IPVS services: bad json") {
+	if _, err := ipvs.ReadOwned(k, failingLedger{}); err == nil || !strings.Contains(err.Error(), "reading owned IPVS services: bad json") {
 		t.Errorf("error %v, want the ledger's, with context", err)
 	}
 }

@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"errors"
@@ -17,6 +17,9 @@ import (
 	"github.com/lbdproject/lbd/dataplane/ipvs"
 )
 
+// LedgerFile, in the state directory, lists the IPVS services lbd owns.
+const LedgerFile = "ipvs-owned.json"
+
 // kernel holds the handles of every kernel subsystem lbd drives, opened in
 // the process's network namespace.
 type kernel struct {
@@ -30,7 +33,7 @@ type kernel struct {
 }
 
 func openKernel(stateDir string) (_ *kernel, err error) {
-	k := &kernel{ledger: ipvs.FileLedger{Path: filepath.Join(stateDir, ledgerFile)}}
+	k := &kernel{ledger: ipvs.FileLedger{Path: filepath.Join(stateDir, LedgerFile)}}
 	defer func() {
 		if err != nil {
 			k.Close()
@@ -51,7 +54,7 @@ func openKernel(stateDir string) (_ *kernel, err error) {
 	k.backend = iptables.Detect()
 	k.filters = map[int]*iptables.ExecRunner{}
 	for _, fam := range []int{4, 6} {
-		if _, err := exec.LookPath(iptables.Tool(fam) + "-restore"); err == nil {
+		if _, err := exec.LookPath(desired.FilterTool(fam) + "-restore"); err == nil {
 			k.filters[fam] = iptables.NewExecRunner(fam, k.backend)
 		}
 	}
@@ -97,16 +100,22 @@ func (k *kernel) newDataplane(cfg *config.Config, log *slog.Logger, announce dat
 	})
 }
 
-// cleanup removes everything lbd created: rules first (they use the sets),
-// then virtual servers and the dummy link, then the sets.
-func (k *kernel) cleanup(cfg *config.Config) ([]string, error) {
+// Cleanup removes everything lbd created, and nothing else: rules first
+// (they use the sets), then virtual servers and the dummy link, then the
+// sets. It returns what it removed, one line each.
+func Cleanup(cfg *config.Config, stateDir string) ([]string, error) {
+	k, err := openKernel(stateDir)
+	if err != nil {
+		return nil, err
+	}
+	defer k.Close()
 	var done []string
 	var errs []error
 	for fam, r := range k.filters {
 		d, err := iptables.Cleanup(r, desired.Tables(cfg.Dataplane, fam))
 		done = append(done, d...)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", iptables.Tool(fam), err))
+			errs = append(errs, fmt.Errorf("%s: %w", desired.FilterTool(fam), err))
 		}
 	}
 	d, err := dataplane.Cleanup(k.ipvs, k.ledger, k.addrs, cfg.Dataplane.Interface)

@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"fmt"
@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/lbdproject/lbd/config"
+	"github.com/lbdproject/lbd/dataplane/desired"
 	"github.com/lbdproject/lbd/discovery/consul"
 	"github.com/lbdproject/lbd/healthcheck"
 )
@@ -29,7 +30,8 @@ func parseConfig(t *testing.T, text string) *config.Config {
 // "addr=weight".
 func weights(t *testing.T, cfg *config.Config, snap consul.Snapshot, seed healthcheck.Seed) []string {
 	t.Helper()
-	st := diffState(slog.New(slog.DiscardHandler), cfg, nil, snap, seed)
+	first := firstSync(slog.New(slog.DiscardHandler), cfg, nil, snap, seed)
+	st := desired.Compute(desired.Input{Config: cfg, Discovered: first.Sources.Reals, DiscoveredServices: first.Sources.Services, Health: first.Health})
 	if len(st.Services) != 1 {
 		t.Fatalf("%d virtual servers, want 1: %+v", len(st.Services), st.Services)
 	}

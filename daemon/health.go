@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"github.com/lbdproject/lbd/config"
@@ -6,7 +6,6 @@ import (
 	"github.com/lbdproject/lbd/discovery/merge"
 	"github.com/lbdproject/lbd/healthcheck"
 	"github.com/lbdproject/lbd/lvs"
-	"github.com/lbdproject/lbd/status"
 )
 
 // probes lists the checks the configuration asks for: each real server of
@@ -32,16 +31,6 @@ func probes(cfg *config.Config, found merge.Result) []healthcheck.Probe {
 		add(s.Name, s.RealServers)
 	}
 	return out
-}
-
-// readSeed reads what the IPVS services lbd owns hold for each real
-// server, to seed the checks of a freshly started lbd (see kernelSeed).
-func readSeed(k ipvs.Kernel, l ipvs.Ledger) (healthcheck.Seed, error) {
-	owned, err := ipvs.ReadOwned(k, l)
-	if err != nil {
-		return nil, err
-	}
-	return kernelSeed(owned), nil
 }
 
 // kernelSeed carries health across a restart as the kernel shows it: a
@@ -76,17 +65,4 @@ func firstHealth(cfg *config.Config, found merge.Result, seed healthcheck.Seed) 
 	m := healthcheck.New(healthcheck.Options{})
 	m.Set(probes(cfg, found), seed)
 	return m.Health()
-}
-
-// conns indexes the kernel's connection counts for status.
-func conns(dests map[lvs.Key][]ipvs.Dest) map[string]map[string]status.Conns {
-	out := make(map[string]map[string]status.Conns, len(dests))
-	for k, ds := range dests {
-		m := make(map[string]status.Conns, len(ds))
-		for _, d := range ds {
-			m[d.Addr.String()] = status.Conns{Active: d.ActiveConns, Inactive: d.InactiveConns}
-		}
-		out[k.String()] = m
-	}
-	return out
 }

@@ -1,4 +1,4 @@
-package main
+package config_test
 
 import (
 	"slices"
@@ -7,7 +7,7 @@ import (
 	"github.com/lbdproject/lbd/config"
 )
 
-func TestServiceChanges(t *testing.T) {
+func TestChanges(t *testing.T) {
 	parse := func(text string) *config.Config {
 		cfg, err := config.Parse([]string{"lbd.toml"}, [][]byte{[]byte(text)})
 		if err != nil {
@@ -31,7 +31,7 @@ func TestServiceChanges(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			a, r, c := serviceChanges(tt.old, tt.cur)
+			a, r, c := config.Changes(tt.old, tt.cur)
 			if !slices.Equal(a, tt.added) || !slices.Equal(r, tt.removed) || !slices.Equal(c, tt.changed) {
 				t.Errorf("added %v removed %v changed %v; want %v %v %v", a, r, c, tt.added, tt.removed, tt.changed)
 			}

@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"context"
@@ -38,7 +38,7 @@ func (n *notifier) onSync(res dataplane.SyncResult) {
 	switch {
 	case res.Err != nil:
 		status += ": failed, retrying"
-	case res.Held != "":
+	case res.Held.Active():
 		status += ": deletions held by the safety valve"
 	}
 	n.send(status)

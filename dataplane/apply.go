@@ -1,0 +1,211 @@
+package dataplane
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"sync"
+
+	"github.com/lbdproject/lbd/config"
+	"github.com/lbdproject/lbd/dataplane/addrs"
+	"github.com/lbdproject/lbd/dataplane/conntrack"
+	"github.com/lbdproject/lbd/dataplane/desired"
+	"github.com/lbdproject/lbd/dataplane/ipset"
+	"github.com/lbdproject/lbd/dataplane/iptables"
+	"github.com/lbdproject/lbd/dataplane/ipvs"
+	"github.com/lbdproject/lbd/lvs"
+)
+
+// IPVSApplier is what the dataplane needs of the IPVS applier.
+type IPVSApplier interface {
+	Apply(want []desired.Service, full bool) (ipvs.Result, error)
+}
+
+// AddrApplier is what the dataplane needs of the VIP address applier.
+type AddrApplier interface {
+	Apply(vips []netip.Addr, full bool) (addrs.Stats, error)
+}
+
+// SetApplier keeps lbd's ipsets.
+type SetApplier interface {
+	Apply(st *desired.State, full bool) (ipset.Stats, error)
+}
+
+// FilterApplier keeps one family's iptables rules.
+type FilterApplier interface {
+	Apply(tables []desired.Table, full bool) (iptables.Stats, error)
+}
+
+// Announcer answers ARP for VIPs: it is handed the complete set after
+// every sync and does the rest itself.
+type Announcer interface {
+	Set(vips map[string][]netip.Addr)
+}
+
+// TimeoutSetter sets IPVS's global connection timeouts.
+type TimeoutSetter interface {
+	EnsureTimeouts(config.IPVS) (wrote bool, err error)
+}
+
+// ConntrackCleaner removes the conntrack entries of deleted UDP real
+// servers.
+type ConntrackCleaner = conntrack.Deleter
+
+// appliers hands a desired state to one applier per kernel subsystem. The
+// sync and the dry run of `lbd plan --diff` both go through apply, so what
+// the dry run prints is what a sync writes.
+type appliers struct {
+	ipvs     IPVSApplier
+	addrs    AddrApplier
+	timeouts TimeoutSetter
+	ct       *conntrack.Queue // nil without a cleaner
+	sets     SetApplier
+	filters  map[int]FilterApplier
+	announce Announcer
+	log      logger
+
+	// timeoutsIn is what the timeouts were last set to; nil before that
+	// and after setting them failed, so that the next sync tries again.
+	timeoutsIn *config.IPVS
+}
+
+// logger is the part of *slog.Logger the appliers use.
+type logger interface {
+	Info(msg string, args ...any)
+}
+
+// outcome is what applying a desired state did.
+type outcome struct {
+	dumps, writes int
+	errs          []error
+	setEntries    int
+	rules         int
+	draining      int
+	failed        []lvs.Key // sorted, unique
+}
+
+// apply makes the kernel hold st (of configuration cfg): with full, every
+// applier first reads the kernel and repairs drift.
+func (a *appliers) apply(st *desired.State, cfg *config.Config, full bool) outcome {
+	var timeoutsPart part
+	if a.timeouts != nil && (full || a.timeoutsIn == nil || *a.timeoutsIn != cfg.IPVS) {
+		timeoutsPart = a.applyTimeouts(cfg.IPVS)
+	}
+	// The subsystems are independent in the kernel (addresses under RTNL,
+	// sets and rules under nfnetlink, IPVS under its own mutex): they are
+	// applied side by side, so that a cold sync takes about as long as the
+	// slowest of them rather than their sum. A new VIP may answer before
+	// its masquerade entries exist, as with kube-proxy, which writes IPVS
+	// and addresses before its ipsets.
+	var wg sync.WaitGroup
+	var addrPart, filterPart part
+	wg.Go(func() { addrPart = a.applyAddrs(st.VIPs, full) })
+	wg.Go(func() { filterPart = a.applyFilter(st, cfg, full) })
+	ipvsPart, ir := a.applyIPVS(st.Services, full)
+	wg.Wait()
+	var out outcome
+	for _, p := range []part{timeoutsPart, addrPart, filterPart, ipvsPart} {
+		out.dumps += p.dumps
+		out.writes += p.writes
+		out.errs = append(out.errs, p.errs...)
+	}
+	out.setEntries, out.rules, out.draining = filterPart.setEntries, filterPart.rules, ir.Draining
+	out.failed = slices.Clone(ir.Failed)
+	slices.SortFunc(out.failed, lvs.Key.Compare)
+	out.failed = slices.Compact(out.failed)
+	if a.announce != nil {
+		a.announce.Set(st.Announce)
+	}
+	return out
+}
+
+// err joins the outcome's errors; nil when every write went in.
+func (o outcome) err() error { return errors.Join(o.errs...) }
+
+// part is what applying one subsystem did.
+type part struct {
+	dumps, writes     int
+	errs              []error
+	setEntries, rules int
+}
+
+func (p *part) add(dumps, writes int, err error, format string, args ...any) {
+	p.dumps += dumps
+	p.writes += writes
+	if err != nil {
+		p.errs = append(p.errs, fmt.Errorf(format+": %w", append(args, err)...))
+	}
+}
+
+func (a *appliers) applyTimeouts(t config.IPVS) part {
+	var p part
+	wrote, err := a.timeouts.EnsureTimeouts(t)
+	p.dumps++
+	if wrote {
+		p.writes++
+	}
+	a.timeoutsIn = nil
+	if err == nil {
+		a.timeoutsIn = &t
+	}
+	if err != nil {
+		p.errs = append(p.errs, err)
+	}
+	return p
+}
+
+func (a *appliers) applyAddrs(vips []netip.Addr, full bool) part {
+	var p part
+	as, err := a.addrs.Apply(vips, full)
+	p.add(as.Dumps, as.Writes, err, "addresses")
+	return p
+}
+
+// applyFilter applies the sets, then the rules that match them.
+func (a *appliers) applyFilter(st *desired.State, cfg *config.Config, full bool) part {
+	var p part
+	if a.sets != nil {
+		ss, err := a.sets.Apply(st, full)
+		p.add(ss.Dumps, ss.Writes, err, "ipsets")
+		p.setEntries = ss.Entries
+	}
+	for _, fam := range []int{4, 6} {
+		f, ok := a.filters[fam]
+		if !ok {
+			continue
+		}
+		fs, err := f.Apply(desired.Tables(cfg.Dataplane, fam), full)
+		p.add(fs.Dumps, fs.Writes, err, "%s", desired.FilterTool(fam))
+		p.rules += fs.Rules
+	}
+	return p
+}
+
+// applyIPVS applies the virtual servers, then removes the conntrack
+// entries of deleted UDP real servers.
+func (a *appliers) applyIPVS(services []desired.Service, full bool) (part, ipvs.Result) {
+	var p part
+	ir, err := a.ipvs.Apply(services, full)
+	p.add(ir.Dumps, ir.Writes, err, "ipvs")
+	if a.ct == nil {
+		return p, ir
+	}
+	flows := make([]conntrack.Flow, 0, len(ir.DeletedUDP))
+	for _, u := range ir.DeletedUDP {
+		flows = append(flows, conntrack.Flow{VIP: netip.AddrPortFrom(u.Service.Addr, u.Service.Port), Real: u.Real})
+	}
+	pending := a.ct.Pending() + len(flows)
+	cleaned, n, ran, err := a.ct.Clean(flows)
+	if !ran {
+		return p, ir
+	}
+	p.writes++
+	if err != nil {
+		// Kept in the queue for the retry this error brings.
+		p.errs = append(p.errs, fmt.Errorf("conntrack entries of %d deleted UDP real servers: %w", pending, err))
+		return p, ir
+	}
+	a.log.Info("removed conntrack entries of deleted UDP real servers", "real_servers", cleaned, "entries", n)
+	return p, ir
+}
