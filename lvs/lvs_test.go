@@ -6,7 +6,9 @@ import (
 )
 
 func TestKey(t *testing.T) {
-	k := func(a string, port uint16, p Protocol) Key { return Key{Addr: netip.MustParseAddr(a), Port: port, Protocol: p} }
+	k := func(a string, port uint16, p Protocol) Key {
+		return Key{Addr: netip.MustParseAddr(a), Port: port, Protocol: p}
+	}
 	for _, tc := range []struct {
 		a, b Key
 		want int
