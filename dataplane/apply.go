@@ -43,9 +43,9 @@ type Announcer interface {
 	Set(vips map[string][]netip.Addr)
 }
 
-// TimeoutSetter sets IPVS's global connection timeouts.
-type TimeoutSetter interface {
-	EnsureTimeouts(config.IPVS) (wrote bool, err error)
+// TimeoutApplier keeps IPVS's global connection timeouts.
+type TimeoutApplier interface {
+	Apply(t desired.Timeouts, full bool) (ipvs.Stats, error)
 }
 
 // ConntrackCleaner removes the conntrack entries of deleted UDP real
@@ -58,16 +58,12 @@ type ConntrackCleaner = conntrack.Deleter
 type appliers struct {
 	ipvs     IPVSApplier
 	addrs    AddrApplier
-	timeouts TimeoutSetter
+	timeouts TimeoutApplier   // nil without one
 	ct       *conntrack.Queue // nil without a cleaner
 	sets     SetApplier
 	filters  map[int]FilterApplier
 	announce Announcer
 	log      logger
-
-	// timeoutsIn is what the timeouts were last set to; nil before that
-	// and after setting them failed, so that the next sync tries again.
-	timeoutsIn *config.IPVS
 }
 
 // logger is the part of *slog.Logger the appliers use.
@@ -89,8 +85,13 @@ type outcome struct {
 // applier first reads the kernel and repairs drift.
 func (a *appliers) apply(st *desired.State, cfg *config.Config, full bool) outcome {
 	var timeoutsPart part
-	if a.timeouts != nil && (full || a.timeoutsIn == nil || *a.timeoutsIn != cfg.IPVS) {
-		timeoutsPart = a.applyTimeouts(cfg.IPVS)
+	if a.timeouts != nil {
+		// The kernel's error says what it was doing with the timeouts.
+		ts, err := a.timeouts.Apply(st.Timeouts, full)
+		timeoutsPart = part{dumps: ts.Dumps, writes: ts.Writes}
+		if err != nil {
+			timeoutsPart.errs = []error{err}
+		}
 	}
 	// The subsystems are independent in the kernel (addresses under RTNL,
 	// sets and rules under nfnetlink, IPVS under its own mutex): they are
@@ -136,23 +137,6 @@ func (p *part) add(dumps, writes int, err error, format string, args ...any) {
 	if err != nil {
 		p.errs = append(p.errs, fmt.Errorf(format+": %w", append(args, err)...))
 	}
-}
-
-func (a *appliers) applyTimeouts(t config.IPVS) part {
-	var p part
-	wrote, err := a.timeouts.EnsureTimeouts(t)
-	p.dumps++
-	if wrote {
-		p.writes++
-	}
-	a.timeoutsIn = nil
-	if err == nil {
-		a.timeoutsIn = &t
-	}
-	if err != nil {
-		p.errs = append(p.errs, err)
-	}
-	return p
 }
 
 func (a *appliers) applyAddrs(vips []netip.Addr, full bool) part {

@@ -16,6 +16,7 @@ import (
 	"github.com/lbdproject/lbd/config"
 	"github.com/lbdproject/lbd/dataplane/conntrack"
 	"github.com/lbdproject/lbd/dataplane/desired"
+	"github.com/lbdproject/lbd/dataplane/ipvs"
 	"github.com/lbdproject/lbd/dataplane/runner"
 	"github.com/lbdproject/lbd/dataplane/valve"
 	"github.com/lbdproject/lbd/lvs"
@@ -120,7 +121,7 @@ type Options struct {
 	IPVS  IPVSApplier
 	Addrs AddrApplier
 	// The rest is optional.
-	Timeouts  TimeoutSetter
+	Timeouts  ipvs.TimeoutSetter
 	Conntrack ConntrackCleaner
 	Sets      SetApplier
 	// Filters holds the iptables applier of each family (4, 6) in use.
@@ -139,10 +140,13 @@ func New(opts Options) *Dataplane {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	d := &Dataplane{
-		apply: appliers{ipvs: opts.IPVS, addrs: opts.Addrs, timeouts: opts.Timeouts, sets: opts.Sets,
+		apply: appliers{ipvs: opts.IPVS, addrs: opts.Addrs, sets: opts.Sets,
 			filters: opts.Filters, announce: opts.Announce, log: opts.Logger},
 		log:      opts.Logger,
 		applying: make(chan struct{}, 1),
+	}
+	if opts.Timeouts != nil {
+		d.apply.timeouts = ipvs.NewTimeouts(opts.Timeouts)
 	}
 	if opts.Conntrack != nil {
 		d.apply.ct = conntrack.NewQueue(opts.Conntrack)

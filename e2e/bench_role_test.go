@@ -240,11 +240,11 @@ func (w timedRules) Apply(tables []desired.Table, full bool) (iptables.Stats, er
 }
 
 type countedTimeouts struct {
-	k dataplane.TimeoutSetter
+	k ipvs.TimeoutSetter
 	n *kernelCounts
 }
 
-func (c countedTimeouts) EnsureTimeouts(t config.IPVS) (bool, error) {
+func (c countedTimeouts) EnsureTimeouts(t desired.Timeouts) (bool, error) {
 	c.n.reads.Add(1)
 	wrote, err := c.k.EnsureTimeouts(t)
 	if wrote {

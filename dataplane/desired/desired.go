@@ -94,8 +94,14 @@ func (d Dest) same(o Dest) bool {
 	return d.Addr == o.Addr && d.Weight == o.Weight && d.ConfigWeight() == o.ConfigWeight() && d.Source() == o.Source()
 }
 
+// Timeouts are IPVS's global connection timeouts; 0 keeps the kernel's.
+type Timeouts struct {
+	TCP, TCPFin, UDP time.Duration
+}
+
 // State is everything lbd wants in the kernel.
 type State struct {
+	Timeouts Timeouts
 	Services []Service    // sorted by key
 	VIPs     []netip.Addr // addresses to bind on the dummy interface, sorted
 	// NodeAddrs are the box's addresses serving NodePort-like services.
@@ -197,7 +203,8 @@ type Input struct {
 
 // Compute returns the desired state for in.
 func Compute(in Input) State {
-	st := State{Announce: map[string][]netip.Addr{}}
+	t := in.Config.IPVS
+	st := State{Announce: map[string][]netip.Addr{}, Timeouts: Timeouts{TCP: t.TCPTimeout, TCPFin: t.TCPFinTimeout, UDP: t.UDPTimeout}}
 	services := in.Config.Services
 	if len(in.DiscoveredServices) > 0 {
 		services = append(slices.Clip(services), in.DiscoveredServices...)

@@ -15,7 +15,7 @@ import (
 
 	mobyipvs "github.com/moby/ipvs"
 
-	"github.com/lbdproject/lbd/config"
+	"github.com/lbdproject/lbd/dataplane/desired"
 	"github.com/lbdproject/lbd/lvs"
 )
 
@@ -294,20 +294,20 @@ func parseHexAddrPort(s string) (netip.AddrPort, error) {
 // EnsureTimeouts sets IPVS's global connection timeouts where t has a
 // non-zero value that differs from the kernel's; it reports whether it
 // wrote.
-func (k *NetlinkKernel) EnsureTimeouts(t config.IPVS) (bool, error) {
+func (k *NetlinkKernel) EnsureTimeouts(t desired.Timeouts) (bool, error) {
 	cur, err := k.h.GetConfig()
 	if err != nil {
 		return false, fmt.Errorf("reading IPVS timeouts: %w", err)
 	}
 	want := *cur
-	if t.TCPTimeout != 0 {
-		want.TimeoutTCP = t.TCPTimeout
+	if t.TCP != 0 {
+		want.TimeoutTCP = t.TCP
 	}
-	if t.TCPFinTimeout != 0 {
-		want.TimeoutTCPFin = t.TCPFinTimeout
+	if t.TCPFin != 0 {
+		want.TimeoutTCPFin = t.TCPFin
 	}
-	if t.UDPTimeout != 0 {
-		want.TimeoutUDP = t.UDPTimeout
+	if t.UDP != 0 {
+		want.TimeoutUDP = t.UDP
 	}
 	if want == *cur {
 		return false, nil
