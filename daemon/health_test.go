@@ -10,6 +10,7 @@ import (
 
 	"github.com/lbdproject/lbd/dataplane/ipvs"
 	"github.com/lbdproject/lbd/dataplane/ipvs/fakeipvs"
+	"github.com/lbdproject/lbd/dataplane/ownership"
 	"github.com/lbdproject/lbd/healthcheck"
 	"github.com/lbdproject/lbd/lvs"
 )
@@ -94,14 +95,14 @@ func TestReadSeed(t *testing.T) {
 			}
 		}
 	}
-	owned, err := ipvs.ReadOwned(k, &fakeipvs.Ledger{Keys: map[lvs.Key]bool{vsWeb: true}})
+	owned, err := ownership.Read(k, &fakeipvs.Ledger{Keys: map[lvs.Key]bool{vsWeb: true}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got, want := kernelSeed(owned), (healthcheck.Seed{rsA: healthcheck.SeedServed, rsB: healthcheck.SeedHeld}); !maps.Equal(got, want) {
 		t.Errorf("seed %v, want %v", got, want)
 	}
-	if _, err := ipvs.ReadOwned(k, failingLedger{}); err == nil || !strings.Contains(err.Error(), "reading owned IPVS services: bad json") {
+	if _, err := ownership.Read(k, failingLedger{}); err == nil || !strings.Contains(err.Error(), "reading owned IPVS services: bad json") {
 		t.Errorf("error %v, want the ledger's, with context", err)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/lbdproject/lbd/dataplane/ipset"
 	"github.com/lbdproject/lbd/dataplane/iptables"
 	"github.com/lbdproject/lbd/dataplane/ipvs"
+	"github.com/lbdproject/lbd/dataplane/ownership"
 )
 
 // LedgerFile, in the state directory, lists the IPVS services lbd owns.
@@ -29,11 +30,11 @@ type kernel struct {
 	ct      *conntrack.Cleaner
 	filters map[int]*iptables.ExecRunner
 	backend iptables.Backend
-	ledger  ipvs.FileLedger
+	ledger  ownership.FileLedger
 }
 
 func openKernel(stateDir string) (_ *kernel, err error) {
-	k := &kernel{ledger: ipvs.FileLedger{Path: filepath.Join(stateDir, LedgerFile)}}
+	k := &kernel{ledger: ownership.FileLedger{Path: filepath.Join(stateDir, LedgerFile)}}
 	defer func() {
 		if err != nil {
 			k.Close()
@@ -118,7 +119,7 @@ func Cleanup(cfg *config.Config, stateDir string) ([]string, error) {
 			errs = append(errs, fmt.Errorf("%s: %w", desired.FilterTool(fam), err))
 		}
 	}
-	d, err := dataplane.Cleanup(k.ipvs, k.ledger, k.addrs, cfg.Dataplane.Interface)
+	d, err := ownership.Cleanup(k.ipvs, k.ledger, k.addrs, cfg.Dataplane.Interface)
 	done = append(done, d...)
 	errs = append(errs, err)
 	d, err = ipset.Cleanup(k.sets)

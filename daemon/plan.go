@@ -10,7 +10,6 @@ import (
 	"github.com/lbdproject/lbd/config"
 	"github.com/lbdproject/lbd/dataplane"
 	"github.com/lbdproject/lbd/dataplane/iptables"
-	"github.com/lbdproject/lbd/dataplane/ipvs"
 	"github.com/lbdproject/lbd/dataplane/ownership"
 	"github.com/lbdproject/lbd/dataplane/valve"
 	"github.com/lbdproject/lbd/discovery/consul"
@@ -47,7 +46,7 @@ func Diff(ctx context.Context, log *slog.Logger, o DiffOptions) ([]string, valve
 		return nil, valve.Hold{}, err
 	}
 	defer k.Close()
-	owned, err := ipvs.ReadOwned(k.ipvs, k.ledger)
+	owned, err := ownership.Read(k.ipvs, k.ledger)
 	if err != nil {
 		return nil, valve.Hold{}, fmt.Errorf("seeding health from the kernel: %w", err)
 	}

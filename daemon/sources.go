@@ -5,7 +5,6 @@ import (
 
 	"github.com/lbdproject/lbd/config"
 	"github.com/lbdproject/lbd/dataplane"
-	"github.com/lbdproject/lbd/dataplane/ipvs"
 	"github.com/lbdproject/lbd/dataplane/ownership"
 	"github.com/lbdproject/lbd/discovery/consul"
 	"github.com/lbdproject/lbd/discovery/merge"
@@ -61,7 +60,7 @@ func (d *daemon) apply() {
 // the health checks of the first sync and the safety valve's restart
 // baseline, and which configuration lbd last applied.
 func (d *daemon) restore() {
-	owned, err := ipvs.ReadOwned(d.k.ipvs, d.k.ledger)
+	owned, err := ownership.Read(d.k.ipvs, d.k.ledger)
 	if err != nil {
 		d.log.Warn("cannot seed health checks from the kernel; they start in their initial state", "error", err)
 		return

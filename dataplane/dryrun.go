@@ -35,11 +35,11 @@ func (d *DryRunIPVS) record(format string, args ...any) error {
 }
 
 func (d *DryRunIPVS) AddService(s ipvs.Service) error {
-	return d.record("+ %s", desired.ServiceRule(desired.Service{Key: s.Key, Scheduler: s.Scheduler, Flags: s.Flags, Timeout: s.Timeout}))
+	return d.record("+ %s", desired.ServiceRule(s.Desired()))
 }
 
 func (d *DryRunIPVS) UpdateService(s ipvs.Service) error {
-	return d.record("~ %s", strings.Replace(desired.ServiceRule(desired.Service{Key: s.Key, Scheduler: s.Scheduler, Flags: s.Flags, Timeout: s.Timeout}), "-A", "-E", 1))
+	return d.record("~ %s", strings.Replace(desired.ServiceRule(s.Desired()), "-A", "-E", 1))
 }
 
 func (d *DryRunIPVS) DeleteService(k lvs.Key) error {

@@ -36,6 +36,7 @@ import (
 	"github.com/lbdproject/lbd/dataplane/ipset"
 	"github.com/lbdproject/lbd/dataplane/iptables"
 	"github.com/lbdproject/lbd/dataplane/ipvs"
+	"github.com/lbdproject/lbd/dataplane/ownership"
 	"github.com/lbdproject/lbd/e2e/internal/topo"
 	"github.com/lbdproject/lbd/lvs"
 )
@@ -347,7 +348,7 @@ func benchLBDRole(args []string) (any, error) {
 	defer kSets.Close()
 
 	var n kernelCounts
-	ledger := &timedLedger{l: ipvs.FileLedger{Path: filepath.Join(*stateDir, "ipvs-owned.json")}}
+	ledger := &timedLedger{l: ownership.FileLedger{Path: filepath.Join(*stateDir, "ipvs-owned.json")}}
 	ia := &timedIPVS{a: ipvs.New(countedIPVS{kIPVS, &n}, ledger)}
 	aa := &timedAddrs{a: addrs.New(countedAddrs{kAddrs, &n}, cfg.Dataplane.Interface)}
 	// The packet filter as lbd run wires it (IPv4 rules: the workload has

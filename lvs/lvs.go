@@ -9,6 +9,7 @@ import (
 	"cmp"
 	"fmt"
 	"net/netip"
+	"strings"
 )
 
 // Protocol is a virtual service's transport protocol.
@@ -41,4 +42,14 @@ func (k Key) Compare(o Key) int {
 type HealthKey struct {
 	Service string
 	Addr    netip.AddrPort
+}
+
+// ParseKey parses a key as Key.String writes it: "192.0.2.10:80/tcp".
+func ParseKey(s string) (Key, error) {
+	ap, proto, ok := strings.Cut(s, "/")
+	a, err := netip.ParseAddrPort(ap)
+	if !ok || err != nil || (proto != string(TCP) && proto != string(UDP)) {
+		return Key{}, fmt.Errorf("bad virtual server key %q", s)
+	}
+	return Key{Addr: a.Addr(), Port: a.Port(), Protocol: Protocol(proto)}, nil
 }

@@ -151,8 +151,16 @@ func New(k Kernel, ledger Ledger) *Applier {
 	return &Applier{k: k, ledger: ledger}
 }
 
+// fromDesired and Service.Desired convert a virtual server's attributes
+// (not its destinations) between the desired state and the kernel's.
 func fromDesired(s desired.Service) Service {
 	return Service{Key: s.Key, Scheduler: s.Scheduler, Flags: s.Flags, Timeout: s.Timeout, Netmask: s.Netmask}
+}
+
+// Desired returns the service's attributes as the desired state has them,
+// without destinations.
+func (s Service) Desired() desired.Service {
+	return desired.Service{Key: s.Key, Scheduler: s.Scheduler, Flags: s.Flags, Timeout: s.Timeout, Netmask: s.Netmask}
 }
 
 func sameAttrs(a, b Service) bool {

@@ -30,7 +30,7 @@ const AppliedFile = "applied-config"
 func Baseline(owned []ipvs.Service) []desired.Service {
 	out := make([]desired.Service, 0, len(owned))
 	for _, s := range owned {
-		vs := desired.Service{Key: s.Key, Scheduler: s.Scheduler, Flags: s.Flags, Timeout: s.Timeout, Netmask: s.Netmask}
+		vs := s.Desired()
 		for _, d := range s.Dests {
 			if d.Weight > 0 {
 				vs.Dests = append(vs.Dests, desired.Dest{Addr: d.Addr, Weight: d.Weight})

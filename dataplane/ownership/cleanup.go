@@ -1,4 +1,4 @@
-package dataplane
+package ownership
 
 import (
 	"errors"
@@ -19,7 +19,7 @@ type LinkDeleter interface {
 func Cleanup(k ipvs.Kernel, ledger ipvs.Ledger, links LinkDeleter, link string) ([]string, error) {
 	var done []string
 	var errs []error
-	inKernel, err := ipvs.ReadOwned(k, ledger)
+	inKernel, err := Read(k, ledger)
 	if err != nil {
 		return nil, err
 	}

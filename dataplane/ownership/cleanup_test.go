@@ -1,14 +1,14 @@
-package dataplane_test
+package ownership_test
 
 import (
 	"net/netip"
 	"slices"
 	"testing"
 
-	"github.com/lbdproject/lbd/dataplane"
 	"github.com/lbdproject/lbd/dataplane/addrs/fakeaddrs"
 	"github.com/lbdproject/lbd/dataplane/ipvs"
 	"github.com/lbdproject/lbd/dataplane/ipvs/fakeipvs"
+	"github.com/lbdproject/lbd/dataplane/ownership"
 	"github.com/lbdproject/lbd/lvs"
 )
 
@@ -27,7 +27,7 @@ func TestCleanupRemovesOnlyWhatLbdOwns(t *testing.T) {
 		"lbd0": {netip.MustParseAddr("192.0.2.10"): true},
 		"eth0": {netip.MustParseAddr("198.51.100.1"): true},
 	}}
-	done, err := dataplane.Cleanup(kv, ledger, links, "lbd0")
+	done, err := ownership.Cleanup(kv, ledger, links, "lbd0")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,7 +39,7 @@ func TestCleanupRemovesOnlyWhatLbdOwns(t *testing.T) {
 		t.Errorf("after cleanup:\n%s%s ledger %v", kv, links, ledger.Keys)
 	}
 	// A second run finds nothing.
-	if done, err := dataplane.Cleanup(kv, ledger, links, "lbd0"); err != nil || len(done) != 0 {
+	if done, err := ownership.Cleanup(kv, ledger, links, "lbd0"); err != nil || len(done) != 0 {
 		t.Errorf("second cleanup: %v, %v", done, err)
 	}
 }

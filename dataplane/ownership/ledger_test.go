@@ -1,4 +1,4 @@
-package ipvs
+package ownership
 
 import (
 	"maps"

@@ -1,20 +1,21 @@
-package ipvs
+package ownership
 
 import (
 	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 
+	"github.com/lbdproject/lbd/dataplane/ipvs"
 	"github.com/lbdproject/lbd/lvs"
 )
 
-// FileLedger keeps the owned virtual servers in a JSON file. It belongs in
+// FileLedger keeps the virtual servers lbd owns in a JSON file (it is the
+// ipvs.Ledger of lbd run): lbd deletes only what it lists, and lists what
+// it creates before creating it. It belongs in
 // /run: IPVS state and /run both end with a reboot, and both outlive a
 // restart of lbd.
 type FileLedger struct {
@@ -41,7 +42,7 @@ func (l FileLedger) Owned() (map[lvs.Key]bool, error) {
 	}
 	out := make(map[lvs.Key]bool, len(f.IPVS))
 	for _, s := range f.IPVS {
-		k, err := ParseKey(s)
+		k, err := lvs.ParseKey(s)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", l.Path, err)
 		}
@@ -70,19 +71,10 @@ func (l FileLedger) SetOwned(keys map[lvs.Key]bool) error {
 	return os.Rename(tmp, l.Path)
 }
 
-// ParseKey parses a key as Key.String writes it: "192.0.2.10:80/tcp".
-func ParseKey(s string) (lvs.Key, error) {
-	ap, proto, ok := strings.Cut(s, "/")
-	a, err := netip.ParseAddrPort(ap)
-	if !ok || err != nil || (proto != string(lvs.TCP) && proto != string(lvs.UDP)) {
-		return lvs.Key{}, fmt.Errorf("bad virtual server key %q", s)
-	}
-	return lvs.Key{Addr: a.Addr(), Port: a.Port(), Protocol: lvs.Protocol(proto)}, nil
-}
-
-// ReadOwned returns the virtual servers l owns as k holds them (those the
-// ledger lists but the kernel lacks are left out), sorted by key.
-func ReadOwned(k Kernel, l Ledger) ([]Service, error) {
+// Read returns the virtual servers l owns as k holds them (those the
+// ledger lists but the kernel lacks are left out), sorted by key: what a
+// restarted lbd adopts, and what lbd cleanup removes.
+func Read(k ipvs.Kernel, l ipvs.Ledger) ([]ipvs.Service, error) {
 	owned, err := l.Owned()
 	if err != nil {
 		return nil, fmt.Errorf("reading owned IPVS services: %w", err)
@@ -91,7 +83,7 @@ func ReadOwned(k Kernel, l Ledger) ([]Service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dumping IPVS: %w", err)
 	}
-	dump = slices.DeleteFunc(dump, func(s Service) bool { return !owned[s.Key] })
-	slices.SortFunc(dump, func(a, b Service) int { return a.Key.Compare(b.Key) })
+	dump = slices.DeleteFunc(dump, func(s ipvs.Service) bool { return !owned[s.Key] })
+	slices.SortFunc(dump, func(a, b ipvs.Service) int { return a.Key.Compare(b.Key) })
 	return dump, nil
 }
