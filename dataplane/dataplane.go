@@ -196,7 +196,7 @@ func (d *Dataplane) SetHostAddrs(addrs []netip.Addr) {
 
 // SetRestartBaseline gives the safety valve of the first sync what lbd's
 // virtual servers held when it started (kernel: their destinations with a
-// weight, sorted by key, as ipvs.ReadOwned returns them) and the edition
+// weight, sorted by key, as ownership.Read returns them) and the edition
 // lbd last applied before it stopped: when the first sync applies that
 // edition, the files are unchanged, and a source answering short right
 // after a restart cannot drain more than max_delete_fraction of those real
