@@ -109,11 +109,9 @@ type Dataplane struct {
 	// applied is the state the last sync applied (with what the safety
 	// valve held back put back); only the sync goroutine writes it.
 	applied *desired.State
-
-	// applying is held (a token in it) while the appliers run: views of
-	// the IPVS applier's cache (kernel weights, connection counts) are
-	// copied from it, when asked, while holding it.
-	applying chan struct{}
+	// kernel is the IPVS applier's snapshot of the kernel after the last
+	// sync, for status and metrics; only the sync goroutine writes it.
+	kernel ipvs.Snapshot
 }
 
 // Options configures a Dataplane.
@@ -142,8 +140,7 @@ func New(opts Options) *Dataplane {
 	d := &Dataplane{
 		apply: appliers{ipvs: opts.IPVS, addrs: opts.Addrs, sets: opts.Sets,
 			filters: opts.Filters, announce: opts.Announce, log: opts.Logger},
-		log:      opts.Logger,
-		applying: make(chan struct{}, 1),
+		log: opts.Logger,
 	}
 	if opts.Timeouts != nil {
 		d.apply.timeouts = ipvs.NewTimeouts(opts.Timeouts)

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/lbdproject/lbd/dataplane/desired"
+	"github.com/lbdproject/lbd/dataplane/ipvs"
 	"github.com/lbdproject/lbd/dataplane/runner"
 	"github.com/lbdproject/lbd/dataplane/valve"
 )
@@ -33,11 +34,10 @@ func (d *Dataplane) sync(_ context.Context, why runner.Reason) error {
 	d.mu.Lock()
 	d.computed = &st
 	d.mu.Unlock()
-	d.applying <- struct{}{}
 	dec := d.valve.Decide(st, in)
 	st, res.Held, res.Edition = dec.State, dec.Hold, in.Edition
 	out := d.apply.apply(&st, in.Sources.Config, why.Full())
-	d.idle()
+	kernel := d.kernelSnapshot()
 	res.Dumps, res.Writes, res.Err = out.dumps, out.writes, out.err()
 	res.SetEntries, res.FilterRules, res.Draining, res.Failed = out.setEntries, out.rules, out.draining, out.failed
 	res.Services = len(st.Services)
@@ -45,13 +45,22 @@ func (d *Dataplane) sync(_ context.Context, why runner.Reason) error {
 		logChanges(d.log, d.applied.Services, st.Services)
 	}
 	d.valve.Applied(&st, in)
-	d.mu.Lock() // Applied reads it from other goroutines
-	d.applied = &st
+	d.mu.Lock() // Applied and the views read them from other goroutines
+	d.applied, d.kernel = &st, kernel
 	d.mu.Unlock()
 	res.Duration = time.Since(res.Start)
 	d.programmed(&res, changedAt)
 	d.finish(res)
 	return res.Err
+}
+
+// kernelSnapshot takes the IPVS applier's snapshot of the kernel, for the
+// views; the zero snapshot when the applier cannot take one.
+func (d *Dataplane) kernelSnapshot() ipvs.Snapshot {
+	if ks, ok := d.apply.ipvs.(KernelSnapshotter); ok {
+		return ks.Snapshot()
+	}
+	return ipvs.Snapshot{}
 }
 
 // programmed sets the sync's network-programming latency, or keeps when

@@ -254,8 +254,8 @@ func (c countedTimeouts) EnsureTimeouts(t desired.Timeouts) (bool, error) {
 	return wrote, err
 }
 
-// timedIPVS times the IPVS applier. It forwards KernelWeights so that the
-// reconciler does the same work as in `lbd run` when it asks for it.
+// timedIPVS times the IPVS applier. It forwards Snapshot so that the
+// reconciler does the same work as in `lbd run`.
 type timedIPVS struct {
 	a *ipvs.Applier
 	d time.Duration
@@ -268,9 +268,7 @@ func (w *timedIPVS) Apply(want []desired.Service, full bool) (ipvs.Result, error
 	return r, err
 }
 
-func (w *timedIPVS) KernelWeights() map[lvs.Key]map[netip.AddrPort]int {
-	return w.a.KernelWeights()
-}
+func (w *timedIPVS) Snapshot() ipvs.Snapshot { return w.a.Snapshot() }
 
 type timedAddrs struct {
 	a *addrs.Applier

@@ -108,7 +108,13 @@ func Refusal(err error) error {
 type Applier struct {
 	k      Kernel
 	ledger Ledger
+	// cache is what the applier knows of the kernel: lbd's virtual
+	// servers. Snapshots share it (snapshot.go): shared says the index is
+	// shared, and entries of an older gen than the applier's belong to a
+	// snapshot; both are copied before they change.
 	cache  map[lvs.Key]*entry
+	shared bool
+	gen    uint64
 	// owned caches the ledger: the applier is its only writer, so it is
 	// read once (per process) rather than parsed on every sync.
 	owned map[lvs.Key]bool
@@ -127,6 +133,7 @@ type Applier struct {
 type entry struct {
 	svc   Service     // attributes only; destinations are in dests
 	dests []destState // sorted by address
+	gen   uint64      // the applier's gen when this entry was made
 }
 
 // destState is one destination as the applier knows it, in 56 bytes: the
@@ -270,7 +277,7 @@ func (a *Applier) deleteUnwanted(wanted, owned map[lvs.Key]bool, res *Result, no
 			res.Failed = append(res.Failed, key)
 			continue
 		}
-		delete(a.cache, key)
+		a.drop(key)
 		if key.Protocol == lvs.UDP {
 			for _, d := range e.dests {
 				res.DeletedUDP = append(res.DeletedUDP, UDPDest{key, d.addr})
@@ -329,7 +336,9 @@ func (a *Applier) applyChanged(want []desired.Service) (Result, error) {
 			continue // nothing to write, nothing draining
 		}
 		n := len(errs)
-		a.applyService(*s, now, false, &res, note)
+		if e := a.applyService(*s, now, false, &res, note); e != nil {
+			a.prevEntries[i] = e // copied when a snapshot shared it
+		}
 		if len(errs) > n {
 			res.Failed = append(res.Failed, s.Key)
 		}
@@ -401,46 +410,66 @@ func (l location) String() string {
 	return fmt.Sprintf("virtual server %s (service %s at %s)", l.s.Key, l.s.Name, l.s.Source)
 }
 
-func (a *Applier) applyService(s desired.Service, now time.Time, freshConns bool, res *Result, note noteFunc) {
+// applyService brings one virtual server and its destinations up to date
+// and returns its cache entry (nil if adding it failed).
+func (a *Applier) applyService(s desired.Service, now time.Time, freshConns bool, res *Result, note noteFunc) *entry {
 	where := location{&s} // formatted only into an error
 	e := a.cache[s.Key]
+	svc := fromDesired(s)
 	switch {
 	case e == nil:
-		svc := fromDesired(s)
 		if !note(Refusal(a.k.AddService(svc)), "adding %s", where) {
-			return
+			return nil
 		}
-		e = &entry{svc: svc, dests: make([]destState, 0, len(s.Dests))}
-		a.cache[s.Key] = e
-	case !sameAttrs(e.svc, fromDesired(s)):
-		svc := fromDesired(s)
+		e = a.newEntry(svc, len(s.Dests))
+		a.put(s.Key, e)
+	case !sameAttrs(e.svc, svc):
 		if !note(Refusal(a.k.UpdateService(svc)), "updating %s", where) {
-			return
+			return e
 		}
+		e = a.writable(s.Key, e)
 		e.svc = svc
 	}
+	e = a.applyDests(e, s, where, note)
+	// Every desired destination is now cached (or failed to be added):
+	// only a cache larger than the desired list holds some to remove, so
+	// the common sync with nothing removed skips this scan.
+	if len(e.dests) <= len(s.Dests) {
+		return e
+	}
+	return a.removeDests(e, s, now, freshConns, res, where, note)
+}
 
+// applyDests adds the desired destinations e lacks and sets the weights
+// that differ; it returns e, copied if it had to change.
+func (a *Applier) applyDests(e *entry, s desired.Service, where location, note noteFunc) *entry {
 	for _, d := range s.Dests {
 		i, found := e.find(d.Addr)
 		switch {
 		case !found:
 			if note(Refusal(a.k.AddDest(s.Key, Dest{Addr: d.Addr, Weight: d.Weight})), "adding real server %s (from %s) to %s", d.Addr, d.Source(), where) {
+				e = a.writable(s.Key, e)
 				e.dests = slices.Insert(e.dests, i, destState{addr: d.Addr, weight: int32(d.Weight)})
 			}
 		case int(e.dests[i].weight) != d.Weight:
 			if note(Refusal(a.k.UpdateDest(s.Key, Dest{Addr: d.Addr, Weight: d.Weight})), "setting weight %d of real server %s in %s", d.Weight, d.Addr, where) {
+				e = a.writable(s.Key, e)
 				e.dests[i].weight, e.dests[i].draining = int32(d.Weight), 0
 			}
-		default:
+		case e.dests[i].draining != 0:
+			e = a.writable(s.Key, e)
 			e.dests[i].draining = 0 // back in the desired state: drain over
 		}
 	}
-	// Every desired destination is now cached (or failed to be added):
-	// only a cache larger than the desired list holds some to remove, so
-	// the common sync with nothing removed skips this scan.
-	if len(e.dests) <= len(s.Dests) {
-		return
-	}
+	return e
+}
+
+// removeDests drains or deletes the destinations of e that s no longer
+// lists: UDP ones and those of a service without drain timeout at once,
+// the others after their weight was 0 for the drain timeout (or, at a
+// full reconcile, once they hold no connection). It returns e's copy.
+func (a *Applier) removeDests(e *entry, s desired.Service, now time.Time, freshConns bool, res *Result, where location, note noteFunc) *entry {
+	e = a.writable(s.Key, e)
 	if a.epoch.IsZero() {
 		a.epoch = now.Add(-1) // draining 0 means "not draining"
 	}
@@ -479,6 +508,7 @@ func (a *Applier) applyService(s desired.Service, now time.Time, freshConns bool
 	}
 	clear(e.dests[len(kept):])
 	e.dests = kept
+	return e
 }
 
 // refresh replaces the cache with a dump of the kernel, keeping what lbd
@@ -499,8 +529,7 @@ func (a *Applier) refresh(owned map[lvs.Key]bool, want []desired.Service) error 
 		if !relevant[s.Key] {
 			continue // not lbd's: never touched
 		}
-		e := &entry{svc: s, dests: make([]destState, 0, len(s.Dests))}
-		e.svc.Dests = nil
+		e := a.newEntry(s, len(s.Dests))
 		old := a.cache[s.Key]
 		for _, d := range s.Dests {
 			ds := destState{addr: d.Addr, weight: int32(d.Weight), conns: int32(d.ActiveConns + d.InactiveConns), active: int32(d.ActiveConns)}
@@ -514,38 +543,9 @@ func (a *Applier) refresh(owned map[lvs.Key]bool, want []desired.Service) error 
 		slices.SortFunc(e.dests, func(a, b destState) int { return a.addr.Compare(b.addr) })
 		cache[s.Key] = e
 	}
-	a.cache, a.valid = cache, true
+	a.cache, a.shared, a.valid = cache, false, true
 	return nil
 }
 
 // Conns is a destination's connection counts in the kernel.
 type Conns struct{ Active, Inactive int }
-
-// KernelConns returns each destination's connection counts as of the last
-// full reconcile's dump (stale by up to sync_period): metrics read them
-// without a kernel dump per scrape.
-func (a *Applier) KernelConns() map[lvs.Key]map[netip.AddrPort]Conns {
-	out := make(map[lvs.Key]map[netip.AddrPort]Conns, len(a.cache))
-	for k, e := range a.cache {
-		m := make(map[netip.AddrPort]Conns, len(e.dests))
-		for _, d := range e.dests {
-			m[d.addr] = Conns{Active: int(d.active), Inactive: int(d.conns - d.active)}
-		}
-		out[k] = m
-	}
-	return out
-}
-
-// KernelWeights returns the weight each destination has in the kernel as
-// far as the applier knows, for status and for seeding health on start.
-func (a *Applier) KernelWeights() map[lvs.Key]map[netip.AddrPort]int {
-	out := make(map[lvs.Key]map[netip.AddrPort]int, len(a.cache))
-	for k, e := range a.cache {
-		m := make(map[netip.AddrPort]int, len(e.dests))
-		for _, d := range e.dests {
-			m[d.addr] = int(d.weight)
-		}
-		out[k] = m
-	}
-	return out
-}

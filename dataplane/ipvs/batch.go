@@ -48,12 +48,11 @@ func (a *Applier) addNew(want []desired.Service, res *Result, errs *[]error) map
 				failed[svc.Key] = true
 				continue
 			}
-			e := &entry{svc: svc, dests: make([]destState, len(svc.Dests))}
-			e.svc.Dests = nil
-			for j, d := range svc.Dests {
-				e.dests[j] = destState{addr: d.Addr, weight: int32(d.Weight)}
+			e := a.newEntry(svc, len(svc.Dests))
+			for _, d := range svc.Dests {
+				e.dests = append(e.dests, destState{addr: d.Addr, weight: int32(d.Weight)})
 			}
-			a.cache[svc.Key] = e
+			a.put(svc.Key, e)
 		}
 		batch, from = batch[:0], from[:0]
 	}
