@@ -48,7 +48,7 @@ type ipvsBatchReq struct {
 	// Method: "ipvsadm" (ipvsadm -R), "seq" (NetlinkKernel.AddService and
 	// AddDest, one call per object, as the applier did), "moby" (Handles
 	// moby/ipvs handles on as many goroutines), "batch" (AddServicesWith
-	// Opts).
+	// Opts), "dump" (write nothing, read the table back).
 	Method  string
 	Handles int
 	Opts    ipvs.BatchOptions
@@ -59,6 +59,7 @@ type ipvsBatchRes struct {
 	Errors   []string // per service; "" when it was created whole
 	Services int      // what /proc/net/ip_vs then holds
 	Dests    int
+	Dump     []ipvs.Service // NetlinkKernel.Dump's answer, for Method "dump"
 }
 
 func init() {
@@ -140,6 +141,15 @@ func ipvsBatchRole(req ipvsBatchReq) (*ipvsBatchRes, error) {
 		defer k.Close()
 		start = time.Now()
 		errs = k.AddServicesWith(svcs, req.Opts)
+	case "dump":
+		k, err := ipvs.OpenKernel()
+		if err != nil {
+			return nil, err
+		}
+		defer k.Close()
+		if res.Dump, err = k.Dump(); err != nil {
+			return nil, err
+		}
 	default:
 		return nil, fmt.Errorf("unknown method %q", req.Method)
 	}

@@ -59,14 +59,17 @@ type Service struct {
 	NodePort bool
 }
 
-// Dest is one IPVS destination (always NAT/masquerading), in 48 bytes: a
-// State holds one per real server of every service.
+// Dest is one IPVS destination, in 56 bytes: a State holds one per real
+// server of every service.
 type Dest struct {
 	Addr   netip.AddrPort
 	Weight int
 	// Real is the real server it comes from (immutable, like the
 	// configuration): its weight and where it was configured.
 	Real *config.RealServer
+	// Forward is how IPVS reaches it; the zero value is NAT, which is all
+	// the configuration offers yet.
+	Forward lvs.Forward
 }
 
 // ConfigWeight is the weight the configuration (or discovery) gives;
@@ -91,7 +94,8 @@ func (d Dest) Source() config.Pos {
 // same reports whether two destinations are alike in everything a State
 // says of them.
 func (d Dest) same(o Dest) bool {
-	return d.Addr == o.Addr && d.Weight == o.Weight && d.ConfigWeight() == o.ConfigWeight() && d.Source() == o.Source()
+	return d.Addr == o.Addr && d.Weight == o.Weight && d.Forward == o.Forward &&
+		d.ConfigWeight() == o.ConfigWeight() && d.Source() == o.Source()
 }
 
 // Timeouts are IPVS's global connection timeouts; 0 keeps the kernel's.

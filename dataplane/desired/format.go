@@ -18,7 +18,8 @@ func WriteIPVS(w io.Writer, st State) error {
 		b.WriteString(ServiceRule(s))
 		b.WriteByte('\n')
 		for _, d := range s.Dests {
-			fmt.Fprintf(&b, "-a %s -r %s -m -w %d\n", serviceFlag(s.Key), d.Addr, d.Weight)
+			method, tunnel := forwardFlags(d.Forward)
+			fmt.Fprintf(&b, "-a %s -r %s %s -w %d%s\n", serviceFlag(s.Key), d.Addr, method, d.Weight, tunnel)
 		}
 	}
 	_, err := io.WriteString(w, b.String())
@@ -39,11 +40,45 @@ func ServiceRule(s Service) string {
 }
 
 func serviceFlag(k lvs.Key) string {
+	if k.IsFWMark() {
+		if k.Family() == lvs.IPv6 {
+			return fmt.Sprintf("-f %d -6", k.FWMark)
+		}
+		return fmt.Sprintf("-f %d", k.FWMark)
+	}
 	opt := "-t"
 	if k.Protocol == lvs.UDP {
 		opt = "-u"
 	}
 	return fmt.Sprintf("%s %s", opt, netipAddrPort(k))
+}
+
+// forwardFlags renders a destination's forwarding method as ipvsadm's
+// method option and the tunnel options that follow the weight.
+func forwardFlags(f lvs.Forward) (method, tunnel string) {
+	switch f.Method {
+	case lvs.DR:
+		return "-g", ""
+	case lvs.Tunnel:
+	default:
+		return "-m", ""
+	}
+	tunnel = " --tun-type " + f.Tunnel.String()
+	if f.Tunnel == lvs.IPIP {
+		return "-i", tunnel
+	}
+	if f.Tunnel == lvs.GUE {
+		tunnel += fmt.Sprintf(" --tun-port %d", f.Port)
+	}
+	switch f.Checksum {
+	case lvs.Checksummed:
+		tunnel += " --tun-csum"
+	case lvs.RemoteChecksum:
+		tunnel += " --tun-remcsum"
+	default:
+		tunnel += " --tun-nocsum"
+	}
+	return "-i", tunnel
 }
 
 func netipAddrPort(k lvs.Key) string {

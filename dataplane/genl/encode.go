@@ -75,6 +75,13 @@ func (e *Encoder) String(typ uint16, s string) {
 	e.pad()
 }
 
+// U8 appends an 8-bit attribute.
+func (e *Encoder) U8(typ uint16, v uint8) {
+	e.attrHeader(typ, 1)
+	e.buf = append(e.buf, v)
+	e.pad()
+}
+
 // U16 appends a 16-bit attribute in host byte order.
 func (e *Encoder) U16(typ, v uint16) {
 	e.attrHeader(typ, 2)

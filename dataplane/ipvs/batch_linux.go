@@ -43,6 +43,7 @@ const (
 	ipvsSvcAttrProtocol      = 2 // u16
 	ipvsSvcAttrAddress       = 3 // 4 or 16 bytes
 	ipvsSvcAttrPort          = 4 // be16
+	ipvsSvcAttrFWMark        = 5 // u32
 	ipvsSvcAttrSchedName     = 6 // NUL-terminated
 	ipvsSvcAttrFlags         = 7 // struct ip_vs_flags {flags, mask u32}
 	ipvsSvcAttrTimeout       = 8 // u32
@@ -55,8 +56,14 @@ const (
 	ipvsDestAttrUpperThreshold   = 5  // u32
 	ipvsDestAttrLowerThreshold   = 6  // u32
 	ipvsDestAttrAddressFamily    = 11 // u16
+	ipvsDestAttrTunType          = 13 // u8
+	ipvsDestAttrTunPort          = 14 // be16
+	ipvsDestAttrTunFlags         = 15 // u16
 
-	ipvsConnFlagMasq = 0 // IP_VS_CONN_F_MASQ
+	// Forwarding methods (IP_VS_CONN_F_*).
+	ipvsConnFlagMasq   = 0
+	ipvsConnFlagTunnel = 2
+	ipvsConnFlagDRoute = 3
 )
 
 // BatchOptions tune AddServicesWith. Zero fields take the defaults, which
@@ -292,13 +299,29 @@ func encodeNewDest(w *batchWriter, s *Service, d *Dest, flags uint16) {
 		w.Bytes(ipvsDestAttrAddress, b[:])
 	}
 	w.BE16(ipvsDestAttrPort, d.Addr.Port())
-	w.U32(ipvsDestAttrForwardingMethod, ipvsConnFlagMasq)
+	w.U32(ipvsDestAttrForwardingMethod, connFlag(d.Forward.Method))
 	w.U32(ipvsDestAttrWeight, uint32(d.Weight))
 	w.U32(ipvsDestAttrUpperThreshold, 0)
 	w.U32(ipvsDestAttrLowerThreshold, 0)
 	w.U16(ipvsDestAttrAddressFamily, af)
+	if d.Forward.Method == lvs.Tunnel {
+		w.U8(ipvsDestAttrTunType, uint8(d.Forward.Tunnel)) // lvs.Encap numbers them as the kernel does
+		w.BE16(ipvsDestAttrTunPort, d.Forward.Port)
+		w.U16(ipvsDestAttrTunFlags, uint16(d.Forward.Checksum))
+	}
 	w.EndNested(nest)
 	w.End(start)
+}
+
+// connFlag is the kernel's number of a forwarding method.
+func connFlag(m lvs.Method) uint32 {
+	switch m {
+	case lvs.DR:
+		return ipvsConnFlagDRoute
+	case lvs.Tunnel:
+		return ipvsConnFlagTunnel
+	}
+	return ipvsConnFlagMasq
 }
 
 // serviceKey writes the attributes that name a virtual server.
@@ -308,6 +331,10 @@ func (w *batchWriter) serviceKey(s *Service) {
 		w.U16(ipvsSvcAttrAddressFamily, unix.AF_INET6)
 	} else {
 		w.U16(ipvsSvcAttrAddressFamily, unix.AF_INET)
+	}
+	if s.Key.IsFWMark() {
+		w.U32(ipvsSvcAttrFWMark, s.Key.FWMark) // the kernel then ignores address, port, protocol
+		return
 	}
 	proto := uint16(unix.IPPROTO_TCP)
 	if s.Key.Protocol == lvs.UDP {

@@ -180,3 +180,61 @@ func TestRecordAnswer(t *testing.T) {
 		})
 	}
 }
+
+// TestEncodeFWMarkService checks that a firewall-mark virtual server is
+// named by its family and mark alone, as the kernel expects.
+func TestEncodeFWMarkService(t *testing.T) {
+	for _, tc := range []struct {
+		family lvs.Family
+		af     uint16
+	}{{lvs.IPv4, syscall.AF_INET}, {lvs.IPv6, syscall.AF_INET6}} {
+		s := Service{Key: lvs.FWMarkKey(7, tc.family), Scheduler: "rr",
+			Dests: []Dest{{Addr: netip.MustParseAddrPort("198.18.1.1:0"), Weight: 1}}}
+		w := &batchWriter{family: 0x1234}
+		w.appendService(&s, syscall.NLM_F_REQUEST, 0)
+		w.appendDest(&s, 0, syscall.NLM_F_REQUEST, 0)
+		for i, m := range decodeAll(t, w.Encoded()) {
+			if u16(m.svc[ipvsSvcAttrAddressFamily]) != tc.af || u32(m.svc[ipvsSvcAttrFWMark]) != 7 {
+				t.Errorf("%v message %d: service attributes %v; want family %d and mark 7", tc.family, i, m.svc, tc.af)
+			}
+			for _, attr := range []uint16{ipvsSvcAttrAddress, ipvsSvcAttrPort, ipvsSvcAttrProtocol} {
+				if _, ok := m.svc[attr]; ok {
+					t.Errorf("%v message %d: service attribute %d sent with a mark", tc.family, i, attr)
+				}
+			}
+		}
+	}
+}
+
+// TestEncodeForward checks the forwarding method and tunnel attributes of
+// a destination.
+func TestEncodeForward(t *testing.T) {
+	for _, tc := range []struct {
+		fwd    lvs.Forward
+		method uint32
+		tunnel bool
+	}{
+		{lvs.Forward{}, ipvsConnFlagMasq, false},
+		{lvs.Forward{Method: lvs.DR}, ipvsConnFlagDRoute, false},
+		{lvs.Forward{Method: lvs.Tunnel}, ipvsConnFlagTunnel, true},
+		{lvs.Forward{Method: lvs.Tunnel, Tunnel: lvs.GUE, Port: 6080, Checksum: lvs.RemoteChecksum}, ipvsConnFlagTunnel, true},
+	} {
+		s := Service{Key: lvs.Key{Addr: netip.MustParseAddr("198.18.0.1"), Port: 80, Protocol: lvs.TCP},
+			Dests: []Dest{{Addr: netip.MustParseAddrPort("198.19.0.1:80"), Weight: 1, Forward: tc.fwd}}}
+		w := &batchWriter{family: 0x1234}
+		w.appendDest(&s, 0, syscall.NLM_F_REQUEST, 0)
+		d := decodeAll(t, w.Encoded())[0].dest
+		if got := u32(d[ipvsDestAttrForwardingMethod]); got != tc.method {
+			t.Errorf("%v: method %d, want %d", tc.fwd, got, tc.method)
+		}
+		_, hasType := d[ipvsDestAttrTunType]
+		if hasType != tc.tunnel {
+			t.Errorf("%v: tunnel attributes sent = %v, want %v", tc.fwd, hasType, tc.tunnel)
+		}
+		if tc.tunnel && (d[ipvsDestAttrTunType][0] != uint8(tc.fwd.Tunnel) ||
+			!bytes.Equal(d[ipvsDestAttrTunPort], binary.BigEndian.AppendUint16(nil, tc.fwd.Port)) ||
+			u16(d[ipvsDestAttrTunFlags]) != uint16(tc.fwd.Checksum)) {
+			t.Errorf("%v: tunnel attributes %v", tc.fwd, d)
+		}
+	}
+}

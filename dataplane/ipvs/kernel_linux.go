@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -103,12 +104,21 @@ func (k *NetlinkKernel) Dump() ([]Service, error) {
 	}
 	out := make([]Service, 0, len(svcs))
 	for _, s := range svcs {
-		if s.FWMark != 0 {
-			continue // lbd does not use fwmark services
-		}
 		key, err := keyOf(s)
 		if err != nil {
 			return nil, err
+		}
+		d := dests[key]
+		if key.IsFWMark() {
+			// /proc names a firewall-mark service by its mark alone, not
+			// its family: ask netlink (such services are few).
+			d, err = k.fwmarkDests(s)
+			switch {
+			case errors.Is(err, syscall.ESRCH) || errors.Is(err, syscall.ENOENT):
+				continue // deleted since it was listed
+			case err != nil:
+				return nil, fmt.Errorf("listing destinations of %s: %w", key, err)
+			}
 		}
 		out = append(out, Service{
 			Key:       key,
@@ -116,13 +126,42 @@ func (k *NetlinkKernel) Dump() ([]Service, error) {
 			Flags:     s.Flags &^ flagHashed,
 			Timeout:   s.Timeout,
 			Netmask:   s.Netmask,
-			Dests:     dests[key],
+			Dests:     d,
 		})
 	}
 	return out, nil
 }
 
+// fwmarkDests reads the destinations of a firewall-mark service.
+func (k *NetlinkKernel) fwmarkDests(s *mobyipvs.Service) ([]Dest, error) {
+	ds, err := k.h.GetDestinations(s)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Dest, 0, len(ds))
+	for _, d := range ds {
+		a, ok := netip.AddrFromSlice(d.Address)
+		if !ok {
+			return nil, fmt.Errorf("destination with unreadable address %v", d.Address)
+		}
+		if d.AddressFamily == syscall.AF_INET {
+			a = a.Unmap()
+		}
+		out = append(out, Dest{Addr: netip.AddrPortFrom(a, d.Port), Weight: d.Weight, Forward: forwardOf(d.ConnectionFlags),
+			ActiveConns: d.ActiveConnections, InactiveConns: d.InactiveConnections})
+	}
+	slices.SortFunc(out, func(a, b Dest) int { return a.Addr.Compare(b.Addr) })
+	return out, nil
+}
+
 func keyOf(s *mobyipvs.Service) (lvs.Key, error) {
+	if s.FWMark != 0 {
+		f := lvs.IPv4
+		if s.AddressFamily == syscall.AF_INET6 {
+			f = lvs.IPv6
+		}
+		return lvs.FWMarkKey(s.FWMark, f), nil
+	}
 	addr, ok := netip.AddrFromSlice(s.Address)
 	if !ok {
 		return lvs.Key{}, fmt.Errorf("virtual server with unreadable address %v", s.Address)
@@ -149,6 +188,7 @@ func toMoby(s Service) *mobyipvs.Service {
 	m := &mobyipvs.Service{
 		Address:       net.IP(s.Key.Addr.AsSlice()),
 		Port:          s.Key.Port,
+		FWMark:        s.Key.FWMark, // moby then sends the mark instead of the address
 		SchedName:     s.Scheduler,
 		Flags:         s.Flags,
 		Timeout:       s.Timeout,
@@ -156,7 +196,7 @@ func toMoby(s Service) *mobyipvs.Service {
 		AddressFamily: syscall.AF_INET,
 		Protocol:      syscall.IPPROTO_TCP,
 	}
-	if s.Key.Addr.Is6() {
+	if s.Key.Family() == lvs.IPv6 {
 		m.AddressFamily = syscall.AF_INET6
 	}
 	if s.Key.Protocol == lvs.UDP {
@@ -165,19 +205,29 @@ func toMoby(s Service) *mobyipvs.Service {
 	return m
 }
 
-func toMobyDest(d Dest) *mobyipvs.Destination {
+// toMobyDest converts a destination for moby/ipvs, which cannot express
+// a tunnel's encapsulation: IPIP only (errTunnelEncap otherwise).
+func toMobyDest(d Dest) (*mobyipvs.Destination, error) {
+	if d.Forward.Method == lvs.Tunnel && d.Forward != (lvs.Forward{Method: lvs.Tunnel}) {
+		// Refused: nothing was written, what the applier knows stays true.
+		return nil, Refused{fmt.Errorf("real server %s: %w", d.Addr, errTunnelEncap)}
+	}
 	m := &mobyipvs.Destination{
 		Address:         net.IP(d.Addr.Addr().AsSlice()),
 		Port:            d.Addr.Port(),
 		Weight:          d.Weight,
-		ConnectionFlags: mobyipvs.ConnectionFlagMasq,
+		ConnectionFlags: connFlag(d.Forward.Method),
 		AddressFamily:   syscall.AF_INET,
 	}
 	if d.Addr.Addr().Is6() {
 		m.AddressFamily = syscall.AF_INET6
 	}
-	return m
+	return m, nil
 }
+
+// errTunnelEncap refuses a GUE or GRE destination on the one-call path:
+// only the batch writer encodes a tunnel's type, port and flags yet.
+var errTunnelEncap = errors.New("GUE and GRE tunnels cannot be written one destination at a time yet (moby/ipvs has no tunnel attributes)")
 
 func keyService(k lvs.Key) *mobyipvs.Service {
 	return toMoby(Service{Key: k})
@@ -196,15 +246,24 @@ func (k *NetlinkKernel) DeleteService(key lvs.Key) error {
 }
 
 func (k *NetlinkKernel) AddDest(key lvs.Key, d Dest) error {
-	return k.h.NewDestination(keyService(key), toMobyDest(d))
+	m, err := toMobyDest(d)
+	if err != nil {
+		return err
+	}
+	return k.h.NewDestination(keyService(key), m)
 }
 
 func (k *NetlinkKernel) UpdateDest(key lvs.Key, d Dest) error {
-	return k.h.UpdateDestination(keyService(key), toMobyDest(d))
+	m, err := toMobyDest(d)
+	if err != nil {
+		return err
+	}
+	return k.h.UpdateDestination(keyService(key), m)
 }
 
 func (k *NetlinkKernel) DeleteDest(key lvs.Key, addr netip.AddrPort) error {
-	return k.h.DelDestination(keyService(key), toMobyDest(Dest{Addr: addr}))
+	m, _ := toMobyDest(Dest{Addr: addr}) // NAT: never refused
+	return k.h.DelDestination(keyService(key), m)
 }
 
 // parseProcIPVS reads /proc/net/ip_vs: destinations by virtual server.
@@ -247,7 +306,7 @@ func parseProcIPVS(r io.Reader) (map[lvs.Key][]Dest, error) {
 			if err := errors.Join(err1, err2, err3); err != nil {
 				return nil, fmt.Errorf("line %d: %w", n, err)
 			}
-			out[*cur] = append(out[*cur], Dest{Addr: ap, Weight: w, ActiveConns: act, InactiveConns: inact})
+			out[*cur] = append(out[*cur], Dest{Addr: ap, Weight: w, Forward: procForward(fields[2]), ActiveConns: act, InactiveConns: inact})
 		case fields[0] == "TCP" || fields[0] == "UDP":
 			if len(fields) < 2 {
 				return nil, fmt.Errorf("line %d: short line %q", n, sc.Text())
@@ -263,6 +322,30 @@ func parseProcIPVS(r io.Reader) (map[lvs.Key][]Dest, error) {
 		}
 	}
 	return out, sc.Err()
+}
+
+// procForward reads /proc/net/ip_vs's forwarding column. It does not show
+// a tunnel's encapsulation: a tunnel reads as IPIP.
+func procForward(col string) lvs.Forward {
+	switch col {
+	case "Route":
+		return lvs.Forward{Method: lvs.DR}
+	case "Tunnel":
+		return lvs.Forward{Method: lvs.Tunnel}
+	}
+	return lvs.Forward{}
+}
+
+// forwardOf reads a destination's forwarding method from its connection
+// flags (moby/ipvs reads no tunnel attributes: a tunnel reads as IPIP).
+func forwardOf(flags uint32) lvs.Forward {
+	switch flags & mobyipvs.ConnectionFlagFwdMask {
+	case mobyipvs.ConnectionFlagDirectRoute:
+		return lvs.Forward{Method: lvs.DR}
+	case mobyipvs.ConnectionFlagTunnel:
+		return lvs.Forward{Method: lvs.Tunnel}
+	}
+	return lvs.Forward{}
 }
 
 // parseHexAddrPort parses "C000020A:0050" or "[2001:0db8:...]:01BB".

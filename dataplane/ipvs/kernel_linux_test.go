@@ -3,11 +3,16 @@ package ipvs
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
+
+	mobyipvs "github.com/moby/ipvs"
+
+	"github.com/lbdproject/lbd/lvs"
 )
 
 func TestAvailable(t *testing.T) {
@@ -80,5 +85,27 @@ func TestSchedulerError(t *testing.T) {
 				t.Errorf("errors.Is(%v, ENOENT) = false", got)
 			}
 		})
+	}
+}
+
+// TestMobyKeyRoundTrip converts keys to moby/ipvs services and back, as
+// a write and the next dump do.
+func TestMobyKeyRoundTrip(t *testing.T) {
+	for _, k := range []lvs.Key{
+		{Addr: netip.MustParseAddr("198.18.0.1"), Port: 80, Protocol: lvs.TCP},
+		{Addr: netip.MustParseAddr("2001:2::1"), Port: 53, Protocol: lvs.UDP},
+		lvs.FWMarkKey(7, lvs.IPv4),
+		lvs.FWMarkKey(8, lvs.IPv6),
+	} {
+		m := keyService(k)
+		if k.IsFWMark() {
+			// What the kernel dumps for a firewall-mark service: no
+			// address, port or protocol.
+			m = &mobyipvs.Service{FWMark: m.FWMark, AddressFamily: m.AddressFamily}
+		}
+		got, err := keyOf(m)
+		if err != nil || got != k {
+			t.Errorf("%v → %+v → %v, %v", k, m, got, err)
+		}
 	}
 }

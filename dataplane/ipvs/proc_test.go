@@ -17,6 +17,8 @@ Prot LocalAddress:Port Scheduler Flags
 TCP  C000020A:0050 wrr 
   -> 0A00000B:1F90      Masq    3      2          7         
   -> 0A00000C:1F90      Masq    0      0          0         
+  -> 0A00000E:0050      Route   2      0          0         
+  -> 0A00000F:0050      Tunnel  1      0          0         
 FWM  00000001 rr 
   -> 0A00000D:0050      Masq    1      0          0         
 UDP  C0000235:0035 rr 
@@ -31,6 +33,8 @@ TCP  [2001:0db8:0000:0000:0000:0000:0000:0010]:01BB rr persistent 10800 ffffffff
 		{Addr: netip.MustParseAddr("192.0.2.10"), Port: 80, Protocol: lvs.TCP}: {
 			{Addr: netip.MustParseAddrPort("10.0.0.11:8080"), Weight: 3, ActiveConns: 2, InactiveConns: 7},
 			{Addr: netip.MustParseAddrPort("10.0.0.12:8080"), Weight: 0},
+			{Addr: netip.MustParseAddrPort("10.0.0.14:80"), Weight: 2, Forward: lvs.Forward{Method: lvs.DR}},
+			{Addr: netip.MustParseAddrPort("10.0.0.15:80"), Weight: 1, Forward: lvs.Forward{Method: lvs.Tunnel}},
 		},
 		{Addr: netip.MustParseAddr("2001:db8::10"), Port: 443, Protocol: lvs.TCP}: {
 			{Addr: netip.MustParseAddrPort("[2001:db8:1::5]:443"), Weight: 1, InactiveConns: 1},

@@ -109,7 +109,7 @@ func (k *Kernel) AddDest(key lvs.Key, d ipvs.Dest) error {
 	if slices.ContainsFunc(s.Dests, func(o ipvs.Dest) bool { return o.Addr == d.Addr }) {
 		return fmt.Errorf("real server %s: %w", d.Addr, syscall.EEXIST)
 	}
-	s.Dests = append(s.Dests, ipvs.Dest{Addr: d.Addr, Weight: d.Weight})
+	s.Dests = append(s.Dests, ipvs.Dest{Addr: d.Addr, Weight: d.Weight, Forward: d.Forward})
 	return nil
 }
 
@@ -120,7 +120,7 @@ func (k *Kernel) UpdateDest(key lvs.Key, d ipvs.Dest) error {
 	if err != nil {
 		return err
 	}
-	s.Dests[i].Weight = d.Weight
+	s.Dests[i].Weight, s.Dests[i].Forward = d.Weight, d.Forward
 	return nil
 }
 
@@ -173,7 +173,11 @@ func (k *Kernel) String() string {
 		dests := slices.Clone(s.Dests)
 		slices.SortFunc(dests, func(a, b ipvs.Dest) int { return a.Addr.Compare(b.Addr) })
 		for _, d := range dests {
-			fmt.Fprintf(&b, "  -> %s w=%d\n", d.Addr, d.Weight)
+			fmt.Fprintf(&b, "  -> %s w=%d", d.Addr, d.Weight)
+			if d.Forward != (lvs.Forward{}) {
+				fmt.Fprintf(&b, " %s", d.Forward)
+			}
+			b.WriteByte('\n')
 		}
 	}
 	return b.String()
