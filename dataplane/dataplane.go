@@ -76,6 +76,7 @@ type inputs struct {
 	health        map[lvs.HealthKey]bool
 	healthVersion uint64 // counts SetHealth calls
 	hostAddrs     []netip.Addr
+	serving       desired.Serving
 	// changedAt is when the first input change not synced yet arrived,
 	// for the network-programming latency.
 	changedAt time.Time
@@ -189,6 +190,12 @@ func (d *Dataplane) SetHealth(h map[lvs.HealthKey]bool) {
 // SetHostAddrs replaces the box's own addresses and asks for a sync.
 func (d *Dataplane) SetHostAddrs(addrs []netip.Addr) {
 	d.set(func(in *inputs) { in.hostAddrs = addrs })
+}
+
+// SetServing replaces which VIPs this box serves (binds and announces)
+// and asks for a sync. Until it is called every VIP is served.
+func (d *Dataplane) SetServing(s desired.Serving) {
+	d.set(func(in *inputs) { in.serving = s })
 }
 
 // SetRestartBaseline gives the safety valve of the first sync what lbd's

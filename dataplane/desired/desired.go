@@ -112,6 +112,9 @@ type State struct {
 	NodeAddrs []netip.Addr
 	// Announce lists, per interface, the IPv4 VIPs lbd answers ARP for.
 	Announce map[string][]netip.Addr
+	// serving is Input.Serving: VIPs and Announce hold only what it
+	// serves, and KeepRemoved keeps nothing else bound.
+	serving Serving
 	// sets holds what the ipset members derive from besides Services
 	// (AppendMembers, SetEntries): members are not stored.
 	sets setInputs
@@ -197,6 +200,9 @@ type Input struct {
 	// a sync after a small change allocates little and appliers can skip
 	// what did not change by identity. Prev is never modified.
 	Prev *State
+	// Serving says which VIPs this box binds and announces (VIPs,
+	// Announce); the zero value serves all.
+	Serving Serving
 	// HealthVersion, when not 0, names Health: the caller promises that
 	// equal versions mean equal health. With Prev, it lets Compute reuse the
 	// destinations of services whose inputs are the very same (the same
@@ -208,12 +214,13 @@ type Input struct {
 // Compute returns the desired state for in.
 func Compute(in Input) State {
 	t := in.Config.IPVS
-	st := State{Announce: map[string][]netip.Addr{}, Timeouts: Timeouts{TCP: t.TCPTimeout, TCPFin: t.TCPFinTimeout, UDP: t.UDPTimeout}}
+	st := State{Announce: map[string][]netip.Addr{}, Timeouts: Timeouts{TCP: t.TCPTimeout, TCPFin: t.TCPFinTimeout, UDP: t.UDPTimeout},
+		serving: in.Serving}
 	services := in.Config.Services
 	if len(in.DiscoveredServices) > 0 {
 		services = append(slices.Clip(services), in.DiscoveredServices...)
 	}
-	st.VIPs = vips(services, in.Prev)
+	st.VIPs = vips(services, in.Prev, in.Serving)
 	st.NodeAddrs = nodeAddrs(in.Config, in.HostAddrs, st.VIPs)
 	st.sets = setInputs{hostAddrs: in.HostAddrs, localNets: in.Config.Dataplane.LocalNetworks, rsNets: in.Config.Dataplane.RealServerNetworks}
 	n := 0 // virtual servers: sized once, not grown by doubling
@@ -252,7 +259,7 @@ func Compute(in Input) State {
 		}
 		for _, vip := range s.VIPs {
 			add(vip, s.Port, false)
-			if s.Announce == config.AnnounceARP && vip.Is4() {
+			if s.Announce == config.AnnounceARP && vip.Is4() && in.Serving.Serves(vip) {
 				st.Announce[s.AnnounceInterface] = append(st.Announce[s.AnnounceInterface], vip)
 			}
 		}
@@ -278,9 +285,9 @@ func Compute(in Input) State {
 	return st
 }
 
-// vips returns the services' VIPs, sorted and without duplicates; prev's
-// slice when it holds the same.
-func vips(services []config.Service, prev *State) []netip.Addr {
+// vips returns the services' VIPs that serving serves, sorted and without
+// duplicates; prev's slice when it holds the same.
+func vips(services []config.Service, prev *State, serving Serving) []netip.Addr {
 	var out []netip.Addr
 	if prev != nil {
 		out = make([]netip.Addr, 0, len(prev.VIPs))
@@ -291,7 +298,7 @@ func vips(services []config.Service, prev *State) []netip.Addr {
 	if !slices.IsSortedFunc(out, netip.Addr.Compare) {
 		slices.SortFunc(out, netip.Addr.Compare)
 	}
-	out = slices.Compact(out)
+	out = serving.filter(slices.Compact(out))
 	if prev != nil && slices.Equal(out, prev.VIPs) {
 		return prev.VIPs
 	}

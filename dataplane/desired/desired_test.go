@@ -285,6 +285,10 @@ func TestKeepRemoved(t *testing.T) {
 			State{Services: []Service{svc(2, dest(1, 1))}, VIPs: []netip.Addr{vip(2)}},
 			State{Services: []Service{svc(1, dest(1, 1)), svc(3, dest(1, 1))}, VIPs: []netip.Addr{vip(1), vip(3)}},
 			State{Services: []Service{svc(1, dest(1, 1)), svc(2, dest(1, 1)), svc(3, dest(1, 1))}, VIPs: []netip.Addr{vip(1), vip(2), vip(3)}}},
+		{"a kept virtual server's VIP stays unbound when this box stopped serving it",
+			State{Services: []Service{svc(1, dest(1, 1)), svc(3, dest(3, 2))}, VIPs: []netip.Addr{vip(1), vip(3)}},
+			State{Services: []Service{svc(1, dest(1, 1))}, VIPs: []netip.Addr{vip(1)}, serving: ServeOnly(vip(1))},
+			State{Services: []Service{svc(1, dest(1, 1)), svc(3, dest(3, 2))}, VIPs: []netip.Addr{vip(1)}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -5,7 +5,8 @@ import (
 	"slices"
 )
 
-// KeepRemoved returns next with what it would remove from prev put back:
+// KeepRemoved returns next with what it would remove from prev put back
+// (but no VIP next does not serve):
 // prev's virtual servers that next lacks, and in the virtual servers both
 // have, prev's destinations that next lacks (with prev's weight). All else
 // is next's: changed weights, new virtual servers and destinations, health.
@@ -26,11 +27,13 @@ func KeepRemoved(prev, next State) State {
 			out.Services = append(out.Services, s)
 		}
 	})
-	out.VIPs = unionAddrs(prev.VIPs, next.VIPs)
+	// A VIP this box stopped serving is never kept: holding it would
+	// leave it bound on two boxes.
+	out.VIPs = next.serving.filter(unionAddrs(prev.VIPs, next.VIPs))
 	out.NodeAddrs = unionAddrs(prev.NodeAddrs, next.NodeAddrs)
 	out.Announce = make(map[string][]netip.Addr, len(next.Announce))
 	for iface, vips := range prev.Announce {
-		out.Announce[iface] = vips
+		out.Announce[iface] = next.serving.filter(vips)
 	}
 	for iface, vips := range next.Announce {
 		out.Announce[iface] = unionAddrs(out.Announce[iface], vips)

@@ -305,5 +305,5 @@ func editBase(good, in desired.Input) desired.State {
 		}
 	}
 	return desired.Compute(desired.Input{Config: cfg, Discovered: discovered, DiscoveredServices: services,
-		Health: good.Health, HostAddrs: in.HostAddrs})
+		Health: good.Health, HostAddrs: in.HostAddrs, Serving: in.Serving})
 }
