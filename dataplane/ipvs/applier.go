@@ -110,12 +110,11 @@ type Applier struct {
 	k      Kernel
 	ledger Ledger
 	// cache is what the applier knows of the kernel: lbd's virtual
-	// servers. Snapshots share it (snapshot.go): shared says the index is
-	// shared, and entries of an older gen than the applier's belong to a
-	// snapshot; both are copied before they change.
-	cache  map[lvs.Key]*entry
-	shared bool
-	gen    uint64
+	// servers. Snapshots share it (snapshot.go): the index copies a shard
+	// a snapshot holds before changing it, and entries of an older gen
+	// than the applier's belong to a snapshot and are copied too.
+	cache *index
+	gen   uint64
 	// owned caches the ledger: the applier is its only writer, so it is
 	// read once (per process) rather than parsed on every sync.
 	owned map[lvs.Key]bool
@@ -271,7 +270,7 @@ func (a *Applier) applyWanted(want []desired.Service, freshConns bool, res *Resu
 // and no longer wants, listing the destinations of UDP ones in
 // res.DeletedUDP.
 func (a *Applier) deleteUnwanted(wanted, owned map[lvs.Key]bool, res *Result, note noteFunc) {
-	for key, e := range a.cache {
+	for key, e := range a.cache.all() {
 		if wanted[key] || !owned[key] {
 			continue
 		}
@@ -279,7 +278,7 @@ func (a *Applier) deleteUnwanted(wanted, owned map[lvs.Key]bool, res *Result, no
 			res.Failed = append(res.Failed, key)
 			continue
 		}
-		a.drop(key)
+		a.cache.drop(key)
 		if key.Protocol == lvs.UDP {
 			for _, d := range e.dests {
 				res.DeletedUDP = append(res.DeletedUDP, UDPDest{key, d.addr})
@@ -293,7 +292,7 @@ func (a *Applier) deleteUnwanted(wanted, owned map[lvs.Key]bool, res *Result, no
 // stored, what the ledger holds.
 func (a *Applier) forgetGone(owned, stored, wanted map[lvs.Key]bool, errs *[]error) {
 	for key := range owned {
-		if _, inKernel := a.cache[key]; !wanted[key] && !inKernel {
+		if inKernel := a.cache.get(key) != nil; !wanted[key] && !inKernel {
 			delete(owned, key)
 		}
 	}
@@ -314,7 +313,7 @@ func (a *Applier) remember(want []desired.Service, errs []error) {
 		return
 	}
 	for i := range want {
-		e := a.cache[want[i].Key]
+		e := a.cache.get(want[i].Key)
 		if e == nil {
 			a.prevEntries = a.prevEntries[:0]
 			return
@@ -416,7 +415,7 @@ func (l location) String() string {
 // and returns its cache entry (nil if adding it failed).
 func (a *Applier) applyService(s desired.Service, now time.Time, freshConns bool, res *Result, note noteFunc) *entry {
 	where := location{&s} // formatted only into an error
-	e := a.cache[s.Key]
+	e := a.cache.get(s.Key)
 	svc := fromDesired(s)
 	switch {
 	case e == nil:
@@ -424,7 +423,7 @@ func (a *Applier) applyService(s desired.Service, now time.Time, freshConns bool
 			return nil
 		}
 		e = a.newEntry(svc, len(s.Dests))
-		a.put(s.Key, e)
+		a.cache.put(s.Key, e)
 	case !sameAttrs(e.svc, svc):
 		if !note(Refusal(a.k.UpdateService(svc)), "updating %s", where) {
 			return e
@@ -526,13 +525,16 @@ func (a *Applier) refresh(owned map[lvs.Key]bool, want []desired.Service) error 
 	for _, s := range want {
 		relevant[s.Key] = true
 	}
-	cache := make(map[lvs.Key]*entry, len(dump))
+	cache := newIndex(len(dump))
 	for _, s := range dump {
 		if !relevant[s.Key] {
 			continue // not lbd's: never touched
 		}
 		e := a.newEntry(s, len(s.Dests))
-		old := a.cache[s.Key]
+		var old *entry
+		if a.cache != nil {
+			old = a.cache.get(s.Key)
+		}
 		for _, d := range s.Dests {
 			ds := destState{addr: d.Addr, weight: int32(d.Weight), fwd: d.Forward, conns: int32(d.ActiveConns + d.InactiveConns), active: int32(d.ActiveConns)}
 			if old != nil {
@@ -543,9 +545,9 @@ func (a *Applier) refresh(owned map[lvs.Key]bool, want []desired.Service) error 
 			e.dests = append(e.dests, ds)
 		}
 		slices.SortFunc(e.dests, func(a, b destState) int { return a.addr.Compare(b.addr) })
-		cache[s.Key] = e
+		cache.put(s.Key, e)
 	}
-	a.cache, a.shared, a.valid = cache, false, true
+	a.cache, a.valid = cache, true
 	return nil
 }
 

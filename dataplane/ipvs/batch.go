@@ -52,13 +52,13 @@ func (a *Applier) addNew(want []desired.Service, res *Result, errs *[]error) map
 			for _, d := range svc.Dests {
 				e.dests = append(e.dests, destState{addr: d.Addr, weight: int32(d.Weight), fwd: d.Forward})
 			}
-			a.put(svc.Key, e)
+			a.cache.put(svc.Key, e)
 		}
 		batch, from = batch[:0], from[:0]
 	}
 	for i := range want {
 		s := &want[i]
-		if a.cache[s.Key] != nil {
+		if a.cache.get(s.Key) != nil {
 			continue
 		}
 		svc := fromDesired(*s)
