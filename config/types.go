@@ -304,6 +304,9 @@ func family(a netip.Addr) int {
 type RealServer struct {
 	Address netip.Addr
 	Port    uint16
+	// Forward is how IPVS reaches it (in Port's padding: no extra bytes);
+	// the zero value, NAT, is all the configuration offers yet.
+	Forward lvs.Forward
 	Weight  int
 	// HealthCheck is the service's check with this real server's overrides
 	// applied; never nil once decoded. Real servers without overrides share

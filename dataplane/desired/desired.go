@@ -59,17 +59,24 @@ type Service struct {
 	NodePort bool
 }
 
-// Dest is one IPVS destination, in 56 bytes: a State holds one per real
+// Dest is one IPVS destination, in 48 bytes: a State holds one per real
 // server of every service.
 type Dest struct {
 	Addr   netip.AddrPort
 	Weight int
 	// Real is the real server it comes from (immutable, like the
-	// configuration): its weight and where it was configured.
+	// configuration): its weight, forwarding method and where it was
+	// configured.
 	Real *config.RealServer
-	// Forward is how IPVS reaches it; the zero value is NAT, which is all
-	// the configuration offers yet.
-	Forward lvs.Forward
+}
+
+// Forward is how IPVS reaches the destination: its real server's method;
+// NAT without Real (a Dest built by hand).
+func (d Dest) Forward() lvs.Forward {
+	if d.Real == nil {
+		return lvs.Forward{}
+	}
+	return d.Real.Forward
 }
 
 // ConfigWeight is the weight the configuration (or discovery) gives;
@@ -94,7 +101,7 @@ func (d Dest) Source() config.Pos {
 // same reports whether two destinations are alike in everything a State
 // says of them.
 func (d Dest) same(o Dest) bool {
-	return d.Addr == o.Addr && d.Weight == o.Weight && d.Forward == o.Forward &&
+	return d.Addr == o.Addr && d.Weight == o.Weight && d.Forward() == o.Forward() &&
 		d.ConfigWeight() == o.ConfigWeight() && d.Source() == o.Source()
 }
 

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/lbdproject/lbd/config"
 	"github.com/lbdproject/lbd/lvs"
@@ -300,5 +301,13 @@ func TestKeepRemoved(t *testing.T) {
 				t.Errorf("a destination of prev is missing")
 			}
 		})
+	}
+}
+
+// TestDestSize guards a State's per-destination cost (100,000 at scale):
+// the forwarding method lives in the real server, not here.
+func TestDestSize(t *testing.T) {
+	if got := unsafe.Sizeof(Dest{}); got != 48 {
+		t.Errorf("Dest is %d bytes; want 48", got)
 	}
 }

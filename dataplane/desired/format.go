@@ -18,7 +18,7 @@ func WriteIPVS(w io.Writer, st State) error {
 		b.WriteString(ServiceRule(s))
 		b.WriteByte('\n')
 		for _, d := range s.Dests {
-			method, tunnel := forwardFlags(d.Forward)
+			method, tunnel := forwardFlags(d.Forward())
 			fmt.Fprintf(&b, "-a %s -r %s %s -w %d%s\n", serviceFlag(s.Key), d.Addr, method, d.Weight, tunnel)
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/lbdproject/lbd/config"
 	"github.com/lbdproject/lbd/lvs"
 )
 
@@ -12,7 +13,8 @@ import (
 // servers and of every forwarding method, as `lbd plan` prints them.
 func TestWriteIPVSForms(t *testing.T) {
 	dest := func(addr string, f lvs.Forward) Dest {
-		return Dest{Addr: netip.MustParseAddrPort(addr), Weight: 1, Forward: f}
+		ap := netip.MustParseAddrPort(addr)
+		return Dest{Addr: ap, Weight: 1, Real: &config.RealServer{Address: ap.Addr(), Port: ap.Port(), Weight: 1, Forward: f}}
 	}
 	tests := []struct {
 		name string

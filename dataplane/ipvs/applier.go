@@ -136,14 +136,14 @@ type entry struct {
 	gen   uint64      // the applier's gen when this entry was made
 }
 
-// destState is one destination as the applier knows it, in 64 bytes: the
+// destState is one destination as the applier knows it, in 56 bytes: the
 // cache holds one per real server of every service (100,000 at scale).
 type destState struct {
 	addr   netip.AddrPort
 	weight int32
 	active int32 // at the last dump
 	conns  int32 // active + inactive at the last dump
-	fwd    lvs.Forward
+	fwd    packedForward
 	// draining is when it left the desired state, as time since the
 	// applier's epoch (monotonic); 0 if it has not.
 	draining time.Duration
@@ -376,7 +376,7 @@ func unchanged(a, b *desired.Service) bool {
 		return true // shared: desired.Compute reuses unchanged destinations
 	}
 	for i := range a.Dests {
-		if a.Dests[i].Addr != b.Dests[i].Addr || a.Dests[i].Weight != b.Dests[i].Weight || a.Dests[i].Forward != b.Dests[i].Forward {
+		if a.Dests[i].Addr != b.Dests[i].Addr || a.Dests[i].Weight != b.Dests[i].Weight || a.Dests[i].Forward() != b.Dests[i].Forward() {
 			return false
 		}
 	}
@@ -446,16 +446,17 @@ func (a *Applier) applyService(s desired.Service, now time.Time, freshConns bool
 func (a *Applier) applyDests(e *entry, s desired.Service, where location, note noteFunc) *entry {
 	for _, d := range s.Dests {
 		i, found := e.find(d.Addr)
+		fwd := d.Forward()
 		switch {
 		case !found:
-			if note(Refusal(a.k.AddDest(s.Key, Dest{Addr: d.Addr, Weight: d.Weight, Forward: d.Forward})), "adding real server %s (from %s) to %s", d.Addr, d.Source(), where) {
+			if note(Refusal(a.k.AddDest(s.Key, Dest{Addr: d.Addr, Weight: d.Weight, Forward: fwd})), "adding real server %s (from %s) to %s", d.Addr, d.Source(), where) {
 				e = a.writable(s.Key, e)
-				e.dests = slices.Insert(e.dests, i, destState{addr: d.Addr, weight: int32(d.Weight), fwd: d.Forward})
+				e.dests = slices.Insert(e.dests, i, destState{addr: d.Addr, weight: int32(d.Weight), fwd: pack(fwd)})
 			}
-		case int(e.dests[i].weight) != d.Weight || e.dests[i].fwd != d.Forward:
-			if note(Refusal(a.k.UpdateDest(s.Key, Dest{Addr: d.Addr, Weight: d.Weight, Forward: d.Forward})), "setting weight %d (%s) of real server %s in %s", d.Weight, d.Forward, d.Addr, where) {
+		case int(e.dests[i].weight) != d.Weight || e.dests[i].fwd != pack(fwd):
+			if note(Refusal(a.k.UpdateDest(s.Key, Dest{Addr: d.Addr, Weight: d.Weight, Forward: fwd})), "setting weight %d (%s) of real server %s in %s", d.Weight, fwd, d.Addr, where) {
 				e = a.writable(s.Key, e)
-				e.dests[i].weight, e.dests[i].fwd, e.dests[i].draining = int32(d.Weight), d.Forward, 0
+				e.dests[i].weight, e.dests[i].fwd, e.dests[i].draining = int32(d.Weight), pack(fwd), 0
 			}
 		case e.dests[i].draining != 0:
 			e = a.writable(s.Key, e)
@@ -495,7 +496,7 @@ func (a *Applier) removeDests(e *entry, s desired.Service, now time.Time, freshC
 			continue
 		}
 		if ds.weight != 0 {
-			if !note(a.k.UpdateDest(s.Key, Dest{Addr: addr, Weight: 0, Forward: ds.fwd}), "draining real server %s of %s", addr, where) {
+			if !note(a.k.UpdateDest(s.Key, Dest{Addr: addr, Weight: 0, Forward: ds.fwd.unpack()}), "draining real server %s of %s", addr, where) {
 				kept = append(kept, ds)
 				continue
 			}
@@ -536,7 +537,7 @@ func (a *Applier) refresh(owned map[lvs.Key]bool, want []desired.Service) error 
 			old = a.cache.get(s.Key)
 		}
 		for _, d := range s.Dests {
-			ds := destState{addr: d.Addr, weight: int32(d.Weight), fwd: d.Forward, conns: int32(d.ActiveConns + d.InactiveConns), active: int32(d.ActiveConns)}
+			ds := destState{addr: d.Addr, weight: int32(d.Weight), fwd: pack(d.Forward), conns: int32(d.ActiveConns + d.InactiveConns), active: int32(d.ActiveConns)}
 			if old != nil {
 				if i, ok := old.find(d.Addr); ok {
 					ds.draining = old.dests[i].draining

@@ -50,7 +50,7 @@ func (a *Applier) addNew(want []desired.Service, res *Result, errs *[]error) map
 			}
 			e := a.newEntry(svc, len(svc.Dests))
 			for _, d := range svc.Dests {
-				e.dests = append(e.dests, destState{addr: d.Addr, weight: int32(d.Weight), fwd: d.Forward})
+				e.dests = append(e.dests, destState{addr: d.Addr, weight: int32(d.Weight), fwd: pack(d.Forward)})
 			}
 			a.cache.put(svc.Key, e)
 		}
@@ -64,7 +64,7 @@ func (a *Applier) addNew(want []desired.Service, res *Result, errs *[]error) map
 		svc := fromDesired(*s)
 		svc.Dests = make([]Dest, len(s.Dests))
 		for j, d := range s.Dests {
-			svc.Dests[j] = Dest{Addr: d.Addr, Weight: d.Weight, Forward: d.Forward}
+			svc.Dests[j] = Dest{Addr: d.Addr, Weight: d.Weight, Forward: d.Forward()}
 		}
 		batch = append(batch, svc)
 		from = append(from, s)

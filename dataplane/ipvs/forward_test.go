@@ -3,6 +3,7 @@ package ipvs_test
 import (
 	"testing"
 
+	"github.com/lbdproject/lbd/config"
 	"github.com/lbdproject/lbd/dataplane/desired"
 	"github.com/lbdproject/lbd/dataplane/ipvs"
 	"github.com/lbdproject/lbd/lvs"
@@ -12,7 +13,8 @@ import (
 func withForward(s desired.Service, f lvs.Forward) desired.Service {
 	s.Dests = append([]desired.Dest(nil), s.Dests...)
 	for i := range s.Dests {
-		s.Dests[i].Forward = f
+		d := &s.Dests[i]
+		d.Real = &config.RealServer{Address: d.Addr.Addr(), Port: d.Addr.Port(), Weight: d.Weight, Forward: f}
 	}
 	return s
 }

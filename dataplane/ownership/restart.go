@@ -13,8 +13,10 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/lbdproject/lbd/config"
 	"github.com/lbdproject/lbd/dataplane/desired"
 	"github.com/lbdproject/lbd/dataplane/ipvs"
+	"github.com/lbdproject/lbd/lvs"
 )
 
 // AppliedFile, in the state directory, holds the edition (the hash of the
@@ -32,9 +34,15 @@ func Baseline(owned []ipvs.Service) []desired.Service {
 	for _, s := range owned {
 		vs := s.Desired()
 		for _, d := range s.Dests {
-			if d.Weight > 0 {
-				vs.Dests = append(vs.Dests, desired.Dest{Addr: d.Addr, Weight: d.Weight})
+			if d.Weight <= 0 {
+				continue
 			}
+			dest := desired.Dest{Addr: d.Addr, Weight: d.Weight}
+			if d.Forward != (lvs.Forward{}) {
+				// A held destination goes back as the kernel forwards it.
+				dest.Real = &config.RealServer{Address: d.Addr.Addr(), Port: d.Addr.Port(), Weight: d.Weight, Forward: d.Forward}
+			}
+			vs.Dests = append(vs.Dests, dest)
 		}
 		slices.SortFunc(vs.Dests, func(a, b desired.Dest) int { return a.Addr.Compare(b.Addr) })
 		out = append(out, vs)

@@ -58,3 +58,13 @@ func TestApplied(t *testing.T) {
 		t.Errorf("writing into a missing directory did not fail")
 	}
 }
+
+// TestBaselineKeepsForward checks that a baseline destination forwarded
+// other than by NAT says so: a held one goes back as the kernel had it.
+func TestBaselineKeepsForward(t *testing.T) {
+	dr := lvs.Forward{Method: lvs.DR}
+	got := Baseline([]ipvs.Service{svc(vsWeb, ipvs.Dest{Addr: rsA, Weight: 1, Forward: dr}, ipvs.Dest{Addr: rsB, Weight: 1})})
+	if d := got[0].Dests; len(d) != 2 || d[0].Forward() != dr || d[1].Forward() != (lvs.Forward{}) || d[0].ConfigWeight() != 1 {
+		t.Errorf("baseline destinations %+v; want %s at weight 1, then NAT", d, dr)
+	}
+}
