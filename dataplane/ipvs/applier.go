@@ -249,13 +249,15 @@ func (a *Applier) claim(want []desired.Service) (map[lvs.Key]bool, error) {
 // returns the wanted keys.
 func (a *Applier) applyWanted(want []desired.Service, freshConns bool, res *Result, errs *[]error, note noteFunc) map[lvs.Key]bool {
 	now := time.Now()
-	failed := a.addNew(want, res, errs)
+	added := a.addNew(want, res, errs)
 	wanted := make(map[lvs.Key]bool, len(want))
 	for _, s := range want {
 		wanted[s.Key] = true
-		if failed[s.Key] {
-			res.Failed = append(res.Failed, s.Key)
-			continue
+		if failed, ok := added[s.Key]; ok {
+			if failed {
+				res.Failed = append(res.Failed, s.Key)
+			}
+			continue // created whole, or to be read again
 		}
 		n := len(*errs)
 		a.applyService(s, now, freshConns, res, note)
@@ -526,7 +528,7 @@ func (a *Applier) refresh(owned map[lvs.Key]bool, want []desired.Service) error 
 	for _, s := range want {
 		relevant[s.Key] = true
 	}
-	cache := newIndex(len(dump))
+	cache := newIndex(max(len(dump), len(want))) // a cold sync adds want to it
 	for _, s := range dump {
 		if !relevant[s.Key] {
 			continue // not lbd's: never touched

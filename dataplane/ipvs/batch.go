@@ -21,16 +21,18 @@ type BatchAdder interface {
 }
 
 // addNew creates the wanted virtual servers the cache does not hold, with
-// their destinations, through the kernel's BatchAdder if it has one. What
-// worked is cached, so applyService finds nothing left to write for it;
-// what failed may be partly created, so the kernel is read again at the
-// next sync: addNew returns those keys for this sync to leave alone.
+// their destinations, through the kernel's BatchAdder if it has one. It
+// returns what it did, by key: false when a virtual server was created
+// whole (and cached: nothing is left to write for it, so this sync need
+// not visit it again, which halves a cold sync's Go work), true when it
+// failed (it may be partly created, so the kernel is read again at the
+// next sync, and this sync leaves it alone).
 func (a *Applier) addNew(want []desired.Service, res *Result, errs *[]error) map[lvs.Key]bool {
 	b, ok := a.k.(BatchAdder)
 	if !ok {
 		return nil
 	}
-	var failed map[lvs.Key]bool
+	var done map[lvs.Key]bool
 	var batch []Service
 	var from []*desired.Service
 	flush := func() {
@@ -42,10 +44,10 @@ func (a *Applier) addNew(want []desired.Service, res *Result, errs *[]error) map
 					a.valid = false // it may be partly created
 				}
 				*errs = append(*errs, fmt.Errorf("adding %s: %w", location{from[i]}, err))
-				if failed == nil {
-					failed = map[lvs.Key]bool{}
+				if done == nil {
+					done = map[lvs.Key]bool{}
 				}
-				failed[svc.Key] = true
+				done[svc.Key] = true
 				continue
 			}
 			e := a.newEntry(svc, len(svc.Dests))
@@ -53,6 +55,10 @@ func (a *Applier) addNew(want []desired.Service, res *Result, errs *[]error) map
 				e.dests = append(e.dests, destState{addr: d.Addr, weight: int32(d.Weight), fwd: pack(d.Forward)})
 			}
 			a.cache.put(svc.Key, e)
+			if done == nil {
+				done = make(map[lvs.Key]bool, len(want))
+			}
+			done[svc.Key] = false
 		}
 		batch, from = batch[:0], from[:0]
 	}
@@ -77,7 +83,7 @@ func (a *Applier) addNew(want []desired.Service, res *Result, errs *[]error) map
 	if len(batch) > 0 {
 		flush()
 	}
-	return failed
+	return done
 }
 
 // addBatch is how many virtual servers addNew hands the kernel at once.
