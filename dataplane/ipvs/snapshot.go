@@ -113,32 +113,26 @@ func (s Snapshot) Known() bool { return s.x != nil }
 // reconcile's dump (stale by up to sync_period): metrics read them without
 // a kernel dump per scrape. It is nil when the snapshot knows nothing.
 func (s Snapshot) Conns() map[lvs.Key]map[netip.AddrPort]Conns {
-	if s.x == nil {
-		return nil
-	}
-	out := make(map[lvs.Key]map[netip.AddrPort]Conns, s.x.len())
-	for k, e := range s.x.all() {
-		m := make(map[netip.AddrPort]Conns, len(e.dests))
-		for _, d := range e.dests {
-			m[d.addr] = Conns{Active: int(d.active), Inactive: int(d.conns - d.active)}
-		}
-		out[k] = m
-	}
-	return out
+	return perDest(s, func(d *destState) Conns { return Conns{Active: int(d.active), Inactive: int(d.conns - d.active)} })
 }
 
 // Weights returns the weight each destination has in the kernel as far as
 // the applier knows; a missing entry is not in the kernel. It is nil when
 // the snapshot knows nothing.
 func (s Snapshot) Weights() map[lvs.Key]map[netip.AddrPort]int {
+	return perDest(s, func(d *destState) int { return int(d.weight) })
+}
+
+// perDest maps every destination of the snapshot through f.
+func perDest[T any](s Snapshot, f func(*destState) T) map[lvs.Key]map[netip.AddrPort]T {
 	if s.x == nil {
 		return nil
 	}
-	out := make(map[lvs.Key]map[netip.AddrPort]int, s.x.len())
+	out := make(map[lvs.Key]map[netip.AddrPort]T, s.x.len())
 	for k, e := range s.x.all() {
-		m := make(map[netip.AddrPort]int, len(e.dests))
-		for _, d := range e.dests {
-			m[d.addr] = int(d.weight)
+		m := make(map[netip.AddrPort]T, len(e.dests))
+		for i := range e.dests {
+			m[e.dests[i].addr] = f(&e.dests[i])
 		}
 		out[k] = m
 	}
