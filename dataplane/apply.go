@@ -64,6 +64,11 @@ type appliers struct {
 	filters  map[int]FilterApplier
 	announce Announcer
 	log      logger
+	// ipvsDone, when set, is called as soon as the IPVS applier returns,
+	// before the other subsystems are done: the dataplane publishes the
+	// kernel's snapshot then, so that status shows the weights as soon as
+	// traffic can flow.
+	ipvsDone func()
 }
 
 // logger is the part of *slog.Logger the appliers use.
@@ -171,6 +176,9 @@ func (a *appliers) applyFilter(st *desired.State, cfg *config.Config, full bool)
 func (a *appliers) applyIPVS(services []desired.Service, full bool) (part, ipvs.Result) {
 	var p part
 	ir, err := a.ipvs.Apply(services, full)
+	if a.ipvsDone != nil {
+		a.ipvsDone()
+	}
 	p.add(ir.Dumps, ir.Writes, err, "ipvs")
 	if a.ct == nil {
 		return p, ir

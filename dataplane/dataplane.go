@@ -110,8 +110,9 @@ type Dataplane struct {
 	// applied is the state the last sync applied (with what the safety
 	// valve held back put back); only the sync goroutine writes it.
 	applied *desired.State
-	// kernel is the IPVS applier's snapshot of the kernel after the last
-	// sync, for status and metrics; only the sync goroutine writes it.
+	// kernel is the IPVS applier's snapshot of the kernel as its last
+	// Apply left it, for status and metrics; only the sync goroutine
+	// writes it (publishKernel).
 	kernel ipvs.Snapshot
 }
 
@@ -143,6 +144,7 @@ func New(opts Options) *Dataplane {
 			filters: opts.Filters, announce: opts.Announce, log: opts.Logger},
 		log: opts.Logger,
 	}
+	d.apply.ipvsDone = d.publishKernel
 	if opts.Timeouts != nil {
 		d.apply.timeouts = ipvs.NewTimeouts(opts.Timeouts)
 	}

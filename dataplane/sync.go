@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/lbdproject/lbd/dataplane/desired"
-	"github.com/lbdproject/lbd/dataplane/ipvs"
 	"github.com/lbdproject/lbd/dataplane/runner"
 	"github.com/lbdproject/lbd/dataplane/valve"
 )
@@ -37,7 +36,6 @@ func (d *Dataplane) sync(_ context.Context, why runner.Reason) error {
 	dec := d.valve.Decide(st, in)
 	st, res.Held, res.Edition = dec.State, dec.Hold, in.Edition
 	out := d.apply.apply(&st, in.Sources.Config, why.Full())
-	kernel := d.kernelSnapshot()
 	res.Dumps, res.Writes, res.Err = out.dumps, out.writes, out.err()
 	res.SetEntries, res.FilterRules, res.Draining, res.Failed = out.setEntries, out.rules, out.draining, out.failed
 	res.Services = len(st.Services)
@@ -45,8 +43,8 @@ func (d *Dataplane) sync(_ context.Context, why runner.Reason) error {
 		logChanges(d.log, d.applied.Services, st.Services)
 	}
 	d.valve.Applied(&st, in)
-	d.mu.Lock() // Applied and the views read them from other goroutines
-	d.applied, d.kernel = &st, kernel
+	d.mu.Lock() // Applied reads it from other goroutines
+	d.applied = &st
 	d.mu.Unlock()
 	res.Duration = time.Since(res.Start)
 	d.programmed(&res, changedAt)
@@ -54,13 +52,17 @@ func (d *Dataplane) sync(_ context.Context, why runner.Reason) error {
 	return res.Err
 }
 
-// kernelSnapshot takes the IPVS applier's snapshot of the kernel, for the
-// views; the zero snapshot when the applier cannot take one.
-func (d *Dataplane) kernelSnapshot() ipvs.Snapshot {
-	if ks, ok := d.apply.ipvs.(KernelSnapshotter); ok {
-		return ks.Snapshot()
+// publishKernel takes the IPVS applier's snapshot of the kernel for the
+// views, in the sync goroutine as soon as the IPVS applier returns.
+func (d *Dataplane) publishKernel() {
+	ks, ok := d.apply.ipvs.(KernelSnapshotter)
+	if !ok {
+		return
 	}
-	return ipvs.Snapshot{}
+	snap := ks.Snapshot()
+	d.mu.Lock()
+	d.kernel = snap
+	d.mu.Unlock()
 }
 
 // programmed sets the sync's network-programming latency, or keeps when

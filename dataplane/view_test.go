@@ -7,6 +7,8 @@ import (
 	"testing/synctest"
 
 	"github.com/lbdproject/lbd/dataplane"
+	"github.com/lbdproject/lbd/dataplane/addrs"
+	"github.com/lbdproject/lbd/dataplane/addrs/fakeaddrs"
 	"github.com/lbdproject/lbd/dataplane/desired"
 	"github.com/lbdproject/lbd/dataplane/ipvs"
 	"github.com/lbdproject/lbd/dataplane/ipvs/fakeipvs"
@@ -61,5 +63,43 @@ func TestViewDuringASync(t *testing.T) {
 		if w := dp.View().Kernel[key][rs1]; w != 5 {
 			t.Errorf("kernel view after the sync: weight %d; want 5", w)
 		}
+	})
+}
+
+// gatedAddrs is the real address applier whose Apply waits for the test
+// while gate is set.
+type gatedAddrs struct {
+	*addrs.Applier
+	gate chan struct{}
+}
+
+func (g *gatedAddrs) Apply(vips []netip.Addr, full bool) (addrs.Stats, error) {
+	if g.gate != nil {
+		<-g.gate
+	}
+	return g.Applier.Apply(vips, full)
+}
+
+// TestViewAfterIPVSBeforeTheRest checks that the kernel's weights show as
+// soon as the IPVS applier has written them, while the other subsystems of
+// the same sync still run (traffic may flow by then).
+func TestViewAfterIPVSBeforeTheRest(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ga := &gatedAddrs{Applier: addrs.New(&fakeaddrs.Kernel{}, "lbd0")}
+		first := parse(t, strings.Replace(conf, "%d", "3", 1))
+		dp := start(t, dataplane.Options{IPVS: ipvs.New(&fakeipvs.Kernel{}, &fakeipvs.Ledger{}), Addrs: ga, Sync: first.Sync})
+		ga.gate = make(chan struct{})
+		setConfig(dp, first)
+		synctest.Wait() // the first sync waits in the address applier
+		if _, running := dp.SyncingSince(); !running {
+			t.Fatal("no sync running")
+		}
+		rs1 := netip.MustParseAddrPort("10.0.0.1:80")
+		key := dp.View().Desired.Services[0].Key
+		if w, ok := dp.View().Kernel[key][rs1]; !ok || w != 3 {
+			t.Errorf("kernel view while the addresses are written: %v; want 10.0.0.1:80 at weight 3", dp.View().Kernel)
+		}
+		close(ga.gate)
+		synctest.Wait()
 	})
 }
