@@ -26,22 +26,23 @@ func TestServing(t *testing.T) {
 		synctest.Wait()
 		ipvsBefore := kv.String()
 		for _, step := range []struct {
+			name    string
 			serving desired.Serving
 			addrs   string
 		}{
-			{desired.ServeOnly(), "lbd0: \n"},
-			{desired.ServeOnly(netip.MustParseAddr("192.0.2.10")), "lbd0: 192.0.2.10\n"},
-			{desired.ServeOnly(), "lbd0: \n"},
-			{desired.Serving{}, "lbd0: 192.0.2.10\n"},
+			{"none", desired.ServeOnly(), "lbd0: \n"},
+			{"its VIP", desired.ServeOnly(netip.MustParseAddr("192.0.2.10")), "lbd0: 192.0.2.10\n"},
+			{"none again", desired.ServeOnly(), "lbd0: \n"},
+			{"all", desired.Serving{}, "lbd0: 192.0.2.10\n"},
 		} {
 			dp.SetServing(step.serving)
 			time.Sleep(time.Second) // min_sync_period
 			synctest.Wait()
 			if got := ka.String(); got != step.addrs {
-				t.Errorf("serving all=%v: addresses %q, want %q", step.serving.All(), got, step.addrs)
+				t.Errorf("serving %s: addresses %q, want %q", step.name, got, step.addrs)
 			}
 			if got := kv.String(); got != ipvsBefore {
-				t.Errorf("serving all=%v: IPVS changed:\n%s\nwant:\n%s", step.serving.All(), got, ipvsBefore)
+				t.Errorf("serving %s: IPVS changed:\n%s\nwant:\n%s", step.name, got, ipvsBefore)
 			}
 		}
 	})

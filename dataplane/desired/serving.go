@@ -25,9 +25,6 @@ func ServeOnly(vips ...netip.Addr) Serving {
 // Serves reports whether this box serves vip.
 func (s Serving) Serves(vip netip.Addr) bool { return !s.limited || s.vips[vip] }
 
-// All reports whether every VIP is served.
-func (s Serving) All() bool { return !s.limited }
-
 // filter returns the served addresses of addrs (addrs itself when all are).
 func (s Serving) filter(addrs []netip.Addr) []netip.Addr {
 	if !s.limited {

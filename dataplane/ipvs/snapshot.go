@@ -105,10 +105,6 @@ func (a *Applier) Snapshot() Snapshot {
 	return Snapshot{x: frozen}
 }
 
-// Known reports whether the snapshot holds a view of the kernel: false
-// before the applier first read or wrote it.
-func (s Snapshot) Known() bool { return s.x != nil }
-
 // Conns returns each destination's connection counts as of the last full
 // reconcile's dump (stale by up to sync_period): metrics read them without
 // a kernel dump per scrape. It is nil when the snapshot knows nothing.
