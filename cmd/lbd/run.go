@@ -9,6 +9,7 @@ import (
 
 	"github.com/lbdproject/lbd/config"
 	"github.com/lbdproject/lbd/daemon"
+	"github.com/lbdproject/lbd/internal/logbridge"
 )
 
 func newRunCommand() *cobra.Command {
@@ -34,6 +35,7 @@ daemon and leave the dataplane in place, so traffic keeps flowing.`,
 			if err != nil {
 				return err
 			}
+			logbridge.Standard(log)
 			ctx, stop := signal.NotifyContext(c.Context(), syscall.SIGTERM, syscall.SIGINT)
 			defer stop()
 			hup := make(chan os.Signal, 1)
