@@ -271,6 +271,7 @@ check "removed: $(status_of)" test "$(status_of)" = "deinstall ok config-files $
 check "prerm remove stopped lbd.service" grep -q 'stop lbd.service' <<<"$(calls)"
 check "remove leaves /etc/lbd/lbd.toml" test -f "$root/etc/lbd/lbd.toml"
 check "remove takes /usr/sbin/lbd" test ! -e "$root/usr/sbin/lbd"
+check "remove masks lbd.service, as postrm says" test "$(readlink "$root/etc/systemd/system/lbd.service")" = /dev/null
 
 log "purge"
 apt_root purge lbd || die "apt-get purge failed"
@@ -279,6 +280,7 @@ check "purge removes /etc/lbd" test ! -e "$root/etc/lbd"
 check "purge removes /etc/modules-load.d/lbd.conf and /etc/modprobe.d/lbd.conf" \
 	test ! -e "$root/etc/modules-load.d/lbd.conf" -a ! -e "$root/etc/modprobe.d/lbd.conf"
 check "purge removes the enable symlink" test ! -e "$root/etc/systemd/system/multi-user.target.wants/lbd.service"
+check "purge removes the mask" test ! -L "$root/etc/systemd/system/lbd.service"
 
 log "install again, add a drop-in, purge"
 apt_root install "/tmp/$(basename "$deb")" || die "install after purge failed"
