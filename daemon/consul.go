@@ -23,6 +23,7 @@ import (
 type consulParts struct {
 	d        *daemon
 	watcher  *consul.Watcher
+	tag      string // the watcher's virtual-service tag
 	reg      *registrar.Registrar
 	problems atomic.Pointer[[]merge.Problem]
 	regs     atomic.Pointer[map[string]config.ConsulRegister] // by lbd service name
@@ -31,13 +32,10 @@ type consulParts struct {
 // startConsul starts following Consul and registering lbd's VIPs into it.
 // The agent's address comes from the first configuration that enables
 // Consul; changing it needs a restart.
-func startConsul(ctx context.Context, d *daemon, cfg *config.Config) (*consulParts, error) {
-	client, err := consul.NewClient(cfg.Consul)
-	if err != nil {
-		return nil, fmt.Errorf("consul: %w", err)
-	}
+func startConsul(ctx context.Context, d *daemon, cfg *config.Config, client *consul.Client) *consulParts {
 	c := &consulParts{
 		d:       d,
+		tag:     cfg.Consul.VirtualServices.Tag,
 		watcher: consul.New(consul.Options{Client: client, Logger: d.log.With("source", "consul"), VirtualServiceTag: cfg.Consul.VirtualServices.Tag}),
 		reg:     registrar.New(registrar.Options{Client: client, Logger: d.log.With("source", "consul-registrar")}),
 	}
@@ -53,7 +51,7 @@ func startConsul(ctx context.Context, d *daemon, cfg *config.Config) (*consulPar
 			d.log.Error("consul registrar stopped", "error", err)
 		}
 	})
-	return c, nil
+	return c
 }
 
 // consulUpdates is Consul's snapshots; nil (never ready) while Consul is
@@ -67,6 +65,13 @@ func (d *daemon) consulUpdates() <-chan consul.Snapshot {
 
 // follow asks Consul for what cfg follows.
 func (c *consulParts) follow(cfg *config.Config) { c.watcher.SetQueries(merge.Queries(cfg)) }
+
+// follows reports whether the watcher has anything to read for cfg: a
+// service that follows Consul, or tagged virtual services (the tag is the
+// watcher's, fixed at its start).
+func (c *consulParts) follows(cfg *config.Config) bool {
+	return c.tag != "" || len(merge.Queries(cfg)) > 0
+}
 
 // report notes the services of cfg that register into Consul, and logs
 // each refused registration once, when it appears, and says when it is

@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/lbdproject/lbd/config"
@@ -22,6 +23,7 @@ import (
 	"github.com/lbdproject/lbd/dataplane/hostaddrs"
 	"github.com/lbdproject/lbd/dataplane/ipvs"
 	"github.com/lbdproject/lbd/dataplane/sysctl"
+	"github.com/lbdproject/lbd/discovery/consul"
 	"github.com/lbdproject/lbd/discovery/file"
 	"github.com/lbdproject/lbd/healthcheck"
 	"github.com/lbdproject/lbd/lvs"
@@ -59,13 +61,14 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	defer k.Close()
 	sysctl.Report("/proc/sys", log)
-	src, err := file.New(file.Options{Path: opts.ConfigPath, Logger: log})
+	d := &daemon{opts: opts, log: log, k: k, m: metrics.New(), notify: &notifier{log: log}, rejects: make(chan error, 1)}
+	src, err := file.New(file.Options{Path: opts.ConfigPath, Logger: log, Load: reportingLoad(log, d.rejects, config.Load)})
 	if err != nil {
 		return err
 	}
+	d.src = src
 	log.Info("lbd starting", "version", opts.Version, "config", opts.ConfigPath)
 	runCtx, stop := context.WithCancel(ctx)
-	d := &daemon{opts: opts, log: log, k: k, src: src, m: metrics.New(), notify: &notifier{log: log}}
 	defer func() {
 		stop()
 		d.wg.Wait()
@@ -85,6 +88,17 @@ type daemon struct {
 	m      *metrics.Metrics
 	notify *notifier
 	wg     sync.WaitGroup
+
+	// rejects carries the file source's load errors to the main loop.
+	rejects chan error
+	// rejection is why the latest configuration was refused after it
+	// loaded (say, its Consul client cannot be built); nil once one is
+	// taken into force. Read by status.
+	rejection atomic.Pointer[rejection]
+	// inForce is the file source's state when its configuration was taken
+	// into force; status shows it rather than a refused newer one.
+	inForce atomic.Pointer[file.Status]
+	early   *earlyStatus // the status socket while no configuration is valid
 
 	// Started by the first configuration.
 	dp     *dataplane.Dataplane
@@ -111,9 +125,9 @@ func (d *daemon) loop(ctx context.Context, errc <-chan error) error {
 				updates = nil
 				continue
 			}
-			if err := d.configure(ctx, cfg); err != nil {
-				return err
-			}
+			d.configure(ctx, cfg)
+		case err := <-d.rejects:
+			d.rejected(ctx, err)
 		case snap := <-d.consulUpdates():
 			d.gate.snap = snap
 			d.apply()
@@ -129,28 +143,36 @@ func (d *daemon) loop(ctx context.Context, errc <-chan error) error {
 }
 
 // configure takes a new configuration into force: the first one starts
-// the dataplane, one that enables Consul starts following it.
-func (d *daemon) configure(ctx context.Context, cfg *config.Config) error {
+// the dataplane, one that enables Consul starts following it. Whatever
+// can fail is tried before anything changes: a configuration that cannot
+// be applied is refused like an invalid one, and the last good one stays.
+func (d *daemon) configure(ctx context.Context, cfg *config.Config) {
+	var client *consul.Client
+	if cfg.Consul.Enabled && d.consul == nil {
+		c, err := consul.NewClient(cfg.Consul)
+		if err != nil {
+			d.refuse(ctx, fmt.Errorf("consul: %w", err))
+			return
+		}
+		client = c
+	}
 	d.m.ObserveConfigLoad(true, time.Now())
 	sysctl.Setup("/proc/sys", sysctl.Needs{IPv6: cfg.UsesIPv6(), StrictARP: cfg.Dataplane.StrictARP}, d.log)
 	if d.dp == nil {
+		d.stopEarlyStatus()
 		d.start(ctx, cfg)
 	}
-	if cfg.Consul.Enabled && d.consul == nil {
-		c, err := startConsul(ctx, d, cfg)
-		if err != nil {
-			return err
-		}
-		d.consul = c
+	if client != nil {
+		d.consul = startConsul(ctx, d, cfg, client)
 	}
 	if d.consul != nil {
 		d.consul.follow(cfg)
 	}
-	edition := d.src.Status().Hash
-	audit(d.log, edition, d.gate.cfg, cfg)
-	d.gate.cfg, d.gate.edition = cfg, edition
+	st := d.src.Status()
+	d.accepted(st)
+	audit(d.log, st.Hash, d.gate.cfg, cfg)
+	d.gate.cfg, d.gate.edition = cfg, st.Hash
 	d.apply()
-	return nil
 }
 
 // start builds the dataplane and what hangs off it. The runner's timings,

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	sd "github.com/coreos/go-systemd/v22/daemon"
@@ -17,6 +18,34 @@ import (
 type notifier struct {
 	log   *slog.Logger
 	ready sync.Once
+	// rejected is why the newest configuration was refused, for the
+	// status line until one is taken into force; "" when none was.
+	rejected atomic.Pointer[string]
+}
+
+// setRejected notes (or with "" clears) a refused configuration for the
+// status lines that follow.
+func (n *notifier) setRejected(why string) { n.rejected.Store(&why) }
+
+// refused says at once that a configuration was refused while an older
+// one is in force.
+func (n *notifier) refused() {
+	if p := n.rejected.Load(); p != nil && *p != "" {
+		n.send("STATUS=configuration refused, the last good one stays in force: " + *p)
+	}
+}
+
+// invalidAtStart tells systemd lbd is up although no configuration was
+// valid yet: failing the start would only restart lbd into the same
+// files, again and again, while the admin can fix them and lbd takes the
+// first valid edit. The kernel is left as it was meanwhile.
+func (n *notifier) invalidAtStart() {
+	why := ""
+	if p := n.rejected.Load(); p != nil {
+		why = *p
+	}
+	n.ready.Do(func() { n.send(sd.SdNotifyReady) })
+	n.send("STATUS=invalid configuration, nothing applied: " + why)
 }
 
 func (n *notifier) send(state string) {
@@ -40,6 +69,9 @@ func (n *notifier) onSync(res dataplane.SyncResult) {
 		status += ": failed, retrying"
 	case res.Held.Active():
 		status += ": deletions held by the safety valve"
+	}
+	if p := n.rejected.Load(); p != nil && *p != "" {
+		status += "; configuration refused: " + *p
 	}
 	n.send(status)
 }

@@ -27,13 +27,14 @@ type gate struct {
 // apply merges the latest configuration and Consul snapshot and hands them
 // to the checks and the dataplane. Nothing is applied until every source
 // has answered once: a half-started daemon must not delete what Consul
-// would have kept.
+// would have kept. A source with nothing to follow (Consul enabled only to
+// register lbd's VIPs) has nothing to answer: it has delivered.
 func (d *daemon) apply() {
 	g := &d.gate
 	if g.cfg == nil {
 		return
 	}
-	if d.consul != nil && !g.snap.Synced {
+	if d.consul != nil && !g.snap.Synced && d.consul.follows(g.cfg) {
 		if !g.waiting {
 			d.log.Warn("waiting for Consul's first answer before the first sync; the kernel keeps what it has meanwhile")
 			g.waiting = true

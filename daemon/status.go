@@ -28,7 +28,7 @@ func (d *daemon) serveStatus(ctx context.Context, cfg config.Status) {
 
 // status is what lbd status shows.
 func (d *daemon) status() status.Snapshot {
-	s := status.Build(d.opts.Version, time.Now(), d.src.Status(), d.dp.View(), d.ann.Status(), d.health.ByKey())
+	s := status.Build(d.opts.Version, time.Now(), d.configStatus(), d.dp.View(), d.ann.Status(), d.health.ByKey())
 	s.Consul = d.consul.status()
 	// Connection counts are read now: one read of /proc/net/ip_vs.
 	if dests, err := ipvs.ProcConns(); err == nil {

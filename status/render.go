@@ -15,9 +15,18 @@ import (
 func WriteText(w io.Writer, s Snapshot) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "lbd %s\n", s.Version)
-	fmt.Fprintf(&b, "config: %s (%d files, hash %s, loaded %s)\n", s.Config.Path, len(s.Config.Files), s.Config.Hash, ago(s.Time, s.Config.Loaded))
+	switch {
+	case s.Config.Hash != "":
+		fmt.Fprintf(&b, "config: %s (%d files, hash %s, loaded %s)\n", s.Config.Path, len(s.Config.Files), s.Config.Hash, ago(s.Time, s.Config.Loaded))
+		if s.Config.Error != "" {
+			fmt.Fprintf(&b, "config REJECTED %s; the configuration above stays in force:\n", ago(s.Time, s.Config.ErrorTime))
+		}
+	case s.Config.Error != "":
+		fmt.Fprintf(&b, "config: %s is INVALID (%s); nothing is applied and the kernel is left as it was until a valid edit:\n", s.Config.Path, ago(s.Time, s.Config.ErrorTime))
+	default:
+		fmt.Fprintf(&b, "config: %s: not loaded yet\n", s.Config.Path)
+	}
 	if s.Config.Error != "" {
-		fmt.Fprintf(&b, "config REJECTED %s; the configuration above stays in force:\n", ago(s.Time, s.Config.ErrorTime))
 		for _, l := range strings.Split(s.Config.Error, "\n") {
 			fmt.Fprintf(&b, "  %s\n", l)
 		}

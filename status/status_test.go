@@ -59,6 +59,28 @@ VIRTUAL SERVER / REAL SERVER  SCHED                CONFIG  DESIRED  KERNEL  ACTI
 	}
 }
 
+// Before any configuration was valid, status says so and that nothing
+// was applied, rather than "the configuration above stays in force".
+func TestWriteTextInvalidAtStart(t *testing.T) {
+	snap := Build("1.0", time.Unix(1010, 0), file.Status{Path: "/etc/lbd/lbd.toml",
+		Err: errors.New("lbd.toml:4:1: port: bad\nlbd.toml:9:1: vips: bad"), ErrTime: time.Unix(1005, 0)}, dataplane.View{}, nil, nil)
+	var b strings.Builder
+	if err := WriteText(&b, snap); err != nil {
+		t.Fatal(err)
+	}
+	want := `lbd 1.0
+config: /etc/lbd/lbd.toml is INVALID (5s ago); nothing is applied and the kernel is left as it was until a valid edit:
+  lbd.toml:4:1: port: bad
+  lbd.toml:9:1: vips: bad
+sync: none yet
+
+VIRTUAL SERVER / REAL SERVER  SCHED  CONFIG  DESIRED  KERNEL  ACTIVE  INACT  HEALTH  SOURCE
+`
+	if b.String() != want {
+		t.Errorf("got:\n%s\nwant:\n%s", b.String(), want)
+	}
+}
+
 func TestServeAndFetch(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "run")
 	sock := filepath.Join(dir, "lbd.sock")

@@ -1,0 +1,105 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"fmt"
+	"net/netip"
+	"strings"
+	"testing"
+
+	"github.com/lbdproject/lbd/e2e/internal/topo"
+)
+
+// TestHardening: no input takes lbd out of service. An invalid
+// configuration at start leaves the kernel alone while lbd status says
+// what is wrong; a reload that cannot be applied keeps the last good one;
+// Consul enabled with nothing to follow does not hold syncs back.
+func TestHardening(t *testing.T) {
+	topo.RequireIPVS(t)
+	tp := topo.New(t, topo.Options{RealServers: 1})
+	tp.StartBackends(t)
+	dir, client := tp.Directors[0], tp.ClientHosts[0]
+	web := netip.AddrPortFrom(topo.VIP(1), 80)
+	real := netip.AddrPortFrom(tp.RealServers[0].Addr(tp.Backend), 80)
+	service := func(weight int) string {
+		return fmt.Sprintf(`
+[sync]
+min_sync_period = "100ms"
+sync_period = "2s"
+
+[[service]]
+name = "web"
+vips = ["%s"]
+port = 80
+snat = "never"
+real_server = [{ address = "%s", weight = %d }]
+`, web.Addr(), real.Addr(), weight)
+	}
+	dest := func(w int) string { return fmt.Sprintf("-a -t %s -r %s -m -w %d", web, real, w) }
+	alive := func(t *testing.T, l *lbd) {
+		t.Helper()
+		if done, err := l.proc.Exited(); done {
+			t.Fatalf("lbd ended (%v):\n%s", err, l.proc.Output())
+		}
+	}
+
+	l := startLBD(t, dir, service(1)+"\nbogus_key = 1\n")
+	t.Run("an invalid configuration at start leaves the kernel alone and says why", func(t *testing.T) {
+		// Before any valid configuration, lbd status answers on the
+		// default socket: the configuration's own cannot be known.
+		eventually(t, "lbd status to answer", func() error {
+			out, err := dir.Exec(l.bin, "status", "-c", l.cfgPath)
+			if err != nil {
+				return fmt.Errorf("lbd status: %v: %s", err, out)
+			}
+			if !strings.Contains(out, "INVALID") || !strings.Contains(out, "bogus_key") {
+				return fmt.Errorf("lbd status does not say what is wrong:\n%s", out)
+			}
+			return nil
+		})
+		if got := ipvsadmSave(t, dir); len(got) != 0 {
+			t.Errorf("the kernel was written without a valid configuration: %q", got)
+		}
+		if out, err := dir.Exec("ip", "link", "show", topo.VIPLink); err == nil {
+			t.Errorf("%s was created without a valid configuration: %s", topo.VIPLink, out)
+		}
+		alive(t, l)
+	})
+
+	t.Run("the first valid edit is applied", func(t *testing.T) {
+		l.writeConfig(t, service(1))
+		waitRules(t, dir, "the service after the fix", dest(1))
+		waitServes(t, client, topo.HTTP, web)
+		out := dir.MustExec(t, l.bin, "status", "--socket", l.socket())
+		if strings.Contains(out, "INVALID") || strings.Contains(out, "REJECTED") {
+			t.Errorf("lbd status still reports the fixed error:\n%s", out)
+		}
+	})
+
+	t.Run("a reload whose Consul client cannot be built is refused", func(t *testing.T) {
+		l.writeConfig(t, service(2)+"\n[consul]\naddress = \"127.0.0.1:1\"\ntoken_file = \"/nonexistent/lbd-token\"\n")
+		eventually(t, "the refusal in lbd status", func() error {
+			out, err := dir.Exec(l.bin, "status", "--socket", l.socket())
+			if err != nil || !strings.Contains(out, "REJECTED") || !strings.Contains(out, "/nonexistent/lbd-token") {
+				return fmt.Errorf("lbd status (%v):\n%s", err, out)
+			}
+			return nil
+		})
+		alive(t, l)
+		waitRules(t, dir, "the last good configuration still in force", dest(1))
+		probeOK(t, client, topo.HTTP, web, 3)
+	})
+
+	t.Run("Consul with nothing to follow does not hold syncs back", func(t *testing.T) {
+		consul := "\n[consul]\naddress = \"127.0.0.1:1\"\n"
+		l.writeConfig(t, service(3)+consul)
+		waitRules(t, dir, "the edit synced while Consul follows nothing", dest(3))
+		// And from a start: the first sync does not wait for Consul.
+		l.kill(t)
+		l.writeConfig(t, service(4)+consul)
+		waitRules(t, dir, "the first sync after a restart", dest(4))
+		alive(t, l)
+		probeOK(t, client, topo.HTTP, web, 3)
+	})
+}
