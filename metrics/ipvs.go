@@ -2,6 +2,8 @@ package metrics
 
 import (
 	"net/netip"
+	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -10,28 +12,56 @@ import (
 )
 
 // ipvsCollector serves the kernel's per-virtual-server counters of lbd's
-// services, read with one dump at each scrape.
+// services. A dump of every virtual server costs the kernel and lbd in
+// proportion to the table, and any local user can scrape: scrapes within
+// statsMaxAge of a read share it, and concurrent ones wait for one read.
 type ipvsCollector struct {
 	read  func() (map[lvs.Key]ipvs.Counters, error)
 	names func() map[lvs.Key]string
+	now   func() time.Time
+
+	mu    sync.Mutex
+	at    time.Time // of the last read; zero before the first
+	stats map[lvs.Key]ipvs.Counters
+	err   error
 
 	conns, pktsIn, pktsOut, bytesIn, bytesOut, errors *prometheus.Desc
 }
+
+// statsMaxAge is how old IPVS counters a scrape may be served: shorter
+// than any sensible scrape interval, and near the kernel's own 2 s rate
+// estimator, so a scraper sees nothing it would not have seen anyway.
+const statsMaxAge = 2 * time.Second
 
 // WatchIPVS serves per-virtual-server IPVS counters: read dumps the
 // kernel's counters, names maps lbd's virtual servers to their service
 // (virtual servers that are not lbd's are left out).
 func (m *Metrics) WatchIPVS(read func() (map[lvs.Key]ipvs.Counters, error), names func() map[lvs.Key]string) {
+	m.watchIPVS(read, names, time.Now)
+}
+
+func (m *Metrics) watchIPVS(read func() (map[lvs.Key]ipvs.Counters, error), names func() map[lvs.Key]string, now func() time.Time) {
 	labels := []string{"service", "virtual_server"}
 	m.reg.MustRegister(&ipvsCollector{
-		read: read, names: names,
+		read: read, names: names, now: now,
 		conns:    prometheus.NewDesc("lbd_ipvs_connections_total", "Connections IPVS scheduled for the virtual server.", labels, nil),
 		pktsIn:   prometheus.NewDesc("lbd_ipvs_packets_in_total", "Packets from clients to the virtual server.", labels, nil),
 		pktsOut:  prometheus.NewDesc("lbd_ipvs_packets_out_total", "Packets from the real servers back to clients.", labels, nil),
 		bytesIn:  prometheus.NewDesc("lbd_ipvs_bytes_in_total", "Bytes from clients to the virtual server.", labels, nil),
 		bytesOut: prometheus.NewDesc("lbd_ipvs_bytes_out_total", "Bytes from the real servers back to clients.", labels, nil),
-		errors:   prometheus.NewDesc("lbd_ipvs_stats_read_errors", "1 when the last scrape could not read the IPVS counters.", nil, nil),
+		errors:   prometheus.NewDesc("lbd_ipvs_stats_read_errors", "1 when the last read of the IPVS counters failed.", nil, nil),
 	})
+}
+
+// counters returns the last read if it is recent enough, else reads.
+func (c *ipvsCollector) counters() (map[lvs.Key]ipvs.Counters, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if now := c.now(); c.at.IsZero() || now.Sub(c.at) >= statsMaxAge {
+		c.stats, c.err = c.read()
+		c.at = now
+	}
+	return c.stats, c.err
 }
 
 func (c *ipvsCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -41,7 +71,7 @@ func (c *ipvsCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *ipvsCollector) Collect(ch chan<- prometheus.Metric) {
-	stats, err := c.read()
+	stats, err := c.counters()
 	ch <- prometheus.MustNewConstMetric(c.errors, prometheus.GaugeValue, boolFloat(err != nil))
 	if err != nil {
 		return

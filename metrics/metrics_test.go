@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net/netip"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -130,9 +132,12 @@ func TestIPVSMetrics(t *testing.T) {
 	web := lvs.Key{Addr: netip.MustParseAddr("192.0.2.10"), Port: 80, Protocol: lvs.TCP}
 	other := lvs.Key{Addr: netip.MustParseAddr("192.0.2.99"), Port: 80, Protocol: lvs.TCP}
 	var readErr error
-	m.WatchIPVS(func() (map[lvs.Key]ipvs.Counters, error) {
+	var reads atomic.Int32
+	now := time.Unix(1000, 0)
+	m.watchIPVS(func() (map[lvs.Key]ipvs.Counters, error) {
+		reads.Add(1)
 		return map[lvs.Key]ipvs.Counters{web: {Connections: 7, PacketsIn: 70, PacketsOut: 60, BytesIn: 7000, BytesOut: 90000}, other: {Connections: 1}}, readErr
-	}, func() map[lvs.Key]string { return map[lvs.Key]string{web: "web"} })
+	}, func() map[lvs.Key]string { return map[lvs.Key]string{web: "web"} }, func() time.Time { return now })
 	want := `
 # HELP lbd_ipvs_connections_total Connections IPVS scheduled for the virtual server.
 # TYPE lbd_ipvs_connections_total counter
@@ -140,16 +145,26 @@ lbd_ipvs_connections_total{service="web",virtual_server="192.0.2.10:80/tcp"} 7
 # HELP lbd_ipvs_bytes_out_total Bytes from the real servers back to clients.
 # TYPE lbd_ipvs_bytes_out_total counter
 lbd_ipvs_bytes_out_total{service="web",virtual_server="192.0.2.10:80/tcp"} 90000
-# HELP lbd_ipvs_stats_read_errors 1 when the last scrape could not read the IPVS counters.
+# HELP lbd_ipvs_stats_read_errors 1 when the last read of the IPVS counters failed.
 # TYPE lbd_ipvs_stats_read_errors gauge
 lbd_ipvs_stats_read_errors 0
 `
 	if err := testutil.GatherAndCompare(m.Registry(), strings.NewReader(want), "lbd_ipvs_connections_total", "lbd_ipvs_bytes_out_total", "lbd_ipvs_stats_read_errors"); err != nil {
 		t.Error(err)
 	}
+	// Scrapes, even many at once, within statsMaxAge share one read.
+	var wg sync.WaitGroup
+	for range 50 {
+		wg.Go(func() { _, _ = m.Registry().Gather() })
+	}
+	wg.Wait()
+	if got := reads.Load(); got != 1 {
+		t.Errorf("51 scrapes within %v read the kernel %d times; want 1", statsMaxAge, got)
+	}
 	readErr = errors.New("netlink: no such file")
+	now = now.Add(statsMaxAge)
 	if err := testutil.GatherAndCompare(m.Registry(), strings.NewReader(`
-# HELP lbd_ipvs_stats_read_errors 1 when the last scrape could not read the IPVS counters.
+# HELP lbd_ipvs_stats_read_errors 1 when the last read of the IPVS counters failed.
 # TYPE lbd_ipvs_stats_read_errors gauge
 lbd_ipvs_stats_read_errors 1
 `), "lbd_ipvs_connections_total", "lbd_ipvs_stats_read_errors"); err != nil {
