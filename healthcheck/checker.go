@@ -34,6 +34,10 @@ type Target struct {
 // any other ("timeout after 1s", wrapping nothing); when ctx was canceled
 // before its deadline the error wraps context.Canceled, and the scheduler
 // should discard the result rather than count it as a failure.
+//
+// Real servers are not trusted: a checker reads no more of an answer than
+// its caps allow (see limits.go), and quotes it cut short. A checker that
+// panics fails its check (Manager recovers it), and does not end lbd.
 type Checker interface {
 	Check(ctx context.Context, t Target) error
 }
@@ -110,7 +114,9 @@ func checkerErr(ctx context.Context, start time.Time, op string, err error) erro
 	if errors.As(err, &se) {
 		return fmt.Errorf("%s: %w", op, se.Err)
 	}
-	return fmt.Errorf("%s: %w", op, err)
+	// Parsers' errors quote what the real server sent: a malformed
+	// status line, a certificate's names.
+	return outsideWrap(op, err)
 }
 
 func checkerIsTimeout(err error) bool {

@@ -42,6 +42,9 @@ type dnsChecker struct {
 	buffers sync.Pool // *[]byte of udpMaxReply for UDP replies
 }
 
+// dnsMaxSeen is how many answers a failed expect_answer quotes.
+const dnsMaxSeen = 3
+
 func newDNSChecker(hc config.HealthCheck) (*dnsChecker, error) {
 	qname := hc.QueryName
 	if qname == "" {
@@ -174,7 +177,9 @@ func (c *dnsChecker) Check(ctx context.Context, t Target) error {
 	if !truncated {
 		return err
 	}
-	reply, err = c.exchangeTCP(ctx, start, deadline, raddr, msg)
+	// The UDP reply is done with: its buffer, as large as a TCP reply can
+	// be, takes the TCP one.
+	reply, err = c.exchangeTCP(ctx, start, deadline, raddr, msg, *bp)
 	if err != nil {
 		return err
 	}
@@ -183,8 +188,9 @@ func (c *dnsChecker) Check(ctx context.Context, t Target) error {
 }
 
 // exchangeTCP sends msg, length first, over a new TCP connection and
-// returns the reply without its length.
-func (c *dnsChecker) exchangeTCP(ctx context.Context, start, deadline time.Time, raddr netip.AddrPort, msg []byte) ([]byte, error) {
+// returns the reply without its length, read into buf (udpMaxReply bytes:
+// as long as a length can say).
+func (c *dnsChecker) exchangeTCP(ctx context.Context, start, deadline time.Time, raddr netip.AddrPort, msg, buf []byte) ([]byte, error) {
 	conn, err := tcpDial(ctx, c.dialer, c.local, raddr)
 	if err != nil {
 		return nil, checkerErr(ctx, start, "TCP connect", err)
@@ -202,7 +208,7 @@ func (c *dnsChecker) exchangeTCP(ctx context.Context, start, deadline time.Time,
 	if _, err := io.ReadFull(conn, n[:]); err != nil {
 		return nil, checkerErr(ctx, start, "TCP wait for reply", err)
 	}
-	reply := make([]byte, binary.BigEndian.Uint16(n[:]))
+	reply := buf[:binary.BigEndian.Uint16(n[:])]
 	if _, err := io.ReadFull(conn, reply); err != nil {
 		return nil, checkerErr(ctx, start, "TCP read reply", err)
 	}
@@ -244,7 +250,12 @@ func (c *dnsChecker) judge(reply []byte, id uint16, overTCP bool) (truncated boo
 	if c.answer == "" {
 		return false, nil
 	}
-	var seen []string
+	// The first dnsMaxSeen answers are quoted in the result, and the rest
+	// counted: compressed names make a reply's text many times its size.
+	var (
+		seen   []string
+		unseen int
+	)
 	for {
 		rh, err := p.AnswerHeader()
 		if errors.Is(err, dnsmessage.ErrSectionDone) {
@@ -263,13 +274,17 @@ func (c *dnsChecker) judge(reply []byte, id uint16, overTCP bool) (truncated boo
 		if dnsContains(rh.Type, text, c.answer) {
 			return false, nil
 		}
-		seen = append(seen, text)
+		if len(seen) == dnsMaxSeen {
+			unseen++
+			continue
+		}
+		seen = append(seen, outsideText(text))
 	}
 	if len(seen) == 0 {
 		return false, fmt.Errorf("no answer contains %s: no answers", checkerQuote(c.answer))
 	}
-	if len(seen) > 3 {
-		seen = append(seen[:3], "…")
+	if unseen > 0 {
+		seen = append(seen, fmt.Sprintf("… (%d more)", unseen))
 	}
 	return false, fmt.Errorf("no answer contains %s: answers are %s", checkerQuote(c.answer), strings.Join(seen, ", "))
 }

@@ -12,7 +12,6 @@ import (
 	"strconv"
 	"syscall"
 	"time"
-	"unicode/utf8"
 
 	"golang.org/x/sys/unix"
 
@@ -23,10 +22,10 @@ const (
 	// execPath is the whole PATH a command gets: the environment is
 	// minimal so that lbd's own does not leak into checks.
 	execPath = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-	// execStderrMax bounds what is kept of a command's stderr, and
-	// execLineMax the part of its first line that goes into the error.
+	// execStderrMax bounds what is kept of a command's stderr, whose
+	// first line goes into the error (cut by outsideText); stdout is not
+	// read at all.
 	execStderrMax = 4096
-	execLineMax   = 200
 	// execWaitDelay bounds the wait for stderr to close once the command
 	// has exited and its process group has been killed: only a descendant
 	// that left the group (setsid) can keep it open that long.
@@ -179,32 +178,32 @@ func execAwaitExit(pid int) {
 
 // execStderr keeps the start of a command's stderr and discards the rest,
 // so that a chatty command cannot make lbd buffer without bound.
-type execStderr struct{ buf []byte }
+type execStderr struct {
+	buf []byte
+	cut bool // some was discarded
+}
 
 func (w *execStderr) Write(p []byte) (int, error) {
-	if room := execStderrMax - len(w.buf); room > 0 {
+	room := execStderrMax - len(w.buf)
+	if room > 0 {
 		w.buf = append(w.buf, p[:min(room, len(p))]...)
 	}
+	w.cut = w.cut || len(p) > room
 	return len(p), nil
 }
 
-// firstLine is the first non-empty line of stderr, cut to execLineMax and
-// made valid UTF-8 for the logs.
+// firstLine is the first non-empty line of stderr, cut and escaped by
+// outsideText for results and logs: the command may repeat what a real
+// server said.
 func (w *execStderr) firstLine() string {
-	for _, line := range bytes.Split(w.buf, []byte("\n")) {
-		line = bytes.TrimSpace(line)
-		if len(line) == 0 {
-			continue
+	rest := w.buf
+	for len(rest) > 0 {
+		line, after, found := bytes.Cut(rest, []byte("\n"))
+		rest = after
+		if line = bytes.TrimSpace(line); len(line) > 0 {
+			// A line that runs to the end of what was kept is longer.
+			return outsideCut(string(line), !found && w.cut)
 		}
-		cut := ""
-		if len(line) > execLineMax {
-			n := execLineMax
-			for n > 0 && !utf8.RuneStart(line[n]) {
-				n-- // do not cut a character in half
-			}
-			line, cut = line[:n], "…"
-		}
-		return string(bytes.ToValidUTF8(line, []byte("\uFFFD"))) + cut
 	}
 	return ""
 }

@@ -105,7 +105,7 @@ func TestExecCheck(t *testing.T) {
 		{name: "exit 1 with stderr", script: "echo 'db down' >&2\necho 'details' >&2\nexit 1", want: "exit status 1: db down", wantExact: true},
 		{name: "stderr starts with a blank line", script: "echo >&2\necho '  db down  ' >&2\nexit 2", want: "exit status 2: db down", wantExact: true},
 		{name: "exit 3 without stderr", script: "echo 'on stdout'\nexit 3", want: "exit status 3", wantExact: true},
-		{name: "long stderr", script: "head -c 100000 /dev/zero | tr '\\0' x >&2\nexit 1", want: "exit status 1: " + strings.Repeat("x", execLineMax) + "…", wantExact: true},
+		{name: "long stderr", script: "head -c 100000 /dev/zero | tr '\\0' x >&2\nexit 1", want: "exit status 1: " + strings.Repeat("x", outsideMax) + "…(4096+ bytes)", wantExact: true},
 		{name: "killed by a signal", script: "kill -9 $$", want: "signal: killed", wantExact: true},
 		{name: "environment", script: `[ "$LBD_REAL_SERVER_ADDRESS" = 192.0.2.10 ] && [ "$LBD_REAL_SERVER_PORT" = 8080 ] && [ "$LBD_SERVICE" = web ] &&
 [ "$PATH" = /usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin ] && [ "$(pwd)" = / ] || { env >&2; exit 1; }`, want: ""},
@@ -223,15 +223,16 @@ func TestExecCheckEnvironmentIsolated(t *testing.T) {
 
 func TestExecStderrFirstLine(t *testing.T) {
 	t.Parallel()
-	long := strings.Repeat("é", execLineMax) // two bytes each
+	long := strings.Repeat("é", outsideMax) // two bytes each
 	tests := []struct{ in, want string }{
 		{"", ""},
 		{"\n\n  \n", ""},
 		{"one\ntwo", "one"},
 		{"\r\n  trimmed \t\r\nnext", "trimmed"},
-		{long, long[:execLineMax] + "…"},
-		{"x" + long, "x" + long[:execLineMax-2] + "…"}, // not cut inside "é"
-		{"bad \xff byte", "bad \uFFFD byte"},
+		{long, long[:outsideMax] + "…(400 bytes)"},
+		{"x" + long, "x" + long[:outsideMax-2] + "…(401 bytes)"}, // not cut inside "é"
+		{"bad \xff byte", `bad \xff byte`},
+		{"\x1b[31mred\x1b[0m\rover", `\x1b[31mred\x1b[0m\rover`}, // no terminal escapes in logs
 	}
 	for _, tt := range tests {
 		var w execStderr
@@ -239,6 +240,12 @@ func TestExecStderrFirstLine(t *testing.T) {
 		if got := w.firstLine(); got != tt.want {
 			t.Errorf("firstLine(%q) = %q; want %q", tt.in, got, tt.want)
 		}
+	}
+	// A line that runs past what is kept is marked as longer.
+	var cut execStderr
+	fmt.Fprint(&cut, strings.Repeat("\n", execStderrMax-6)+"abcdefghij")
+	if got, want := cut.firstLine(), "abcdef…(6+ bytes)"; got != want {
+		t.Errorf("firstLine of a cut stderr = %q; want %q", got, want)
 	}
 	var w execStderr
 	for range 100 {

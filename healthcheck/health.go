@@ -17,7 +17,7 @@ import (
 func (m *Manager) record(c *check, at time.Time, took time.Duration, err error) {
 	c.lastCheck, c.lastDuration, c.lastErr = at, took, ""
 	if err != nil {
-		c.lastErr = err.Error()
+		c.lastErr = resultText(err)
 		c.failures++
 		c.successes = 0
 	} else {

@@ -18,8 +18,19 @@ import (
 	"github.com/lbdproject/lbd/config"
 )
 
-// httpMaxBody bounds how much of a body is searched for expect_body.
-const httpMaxBody = 64 << 10
+const (
+	// httpMaxHead bounds the status line and headers of a response,
+	// informational ones included: far more than servers send (nginx
+	// proxies no more than 4 or 8 KiB of them by default), and bounded
+	// memory against one that never ends its headers.
+	httpMaxHead = 16 << 10
+	// httpMaxBody bounds how much of a body is searched for expect_body.
+	httpMaxBody = 64 << 10
+	// httpMaxFraming is what reading httpMaxBody of a body may take from
+	// the connection beyond it, for chunk sizes, extensions and trailers:
+	// net/http lets extensions take some 16 bytes per byte of data.
+	httpMaxFraming = 16 << 10
+)
 
 // httpChecker sends one GET per check on a fresh connection and judges the
 // status and, optionally, the body.
@@ -45,7 +56,57 @@ type httpChecker struct {
 	status []config.StatusRange
 	body   []byte // expect_body; empty: the body is not read
 
-	readers sync.Pool // *bufio.Reader, to keep 4 KiB of garbage out of each check
+	readers sync.Pool // *httpReader, to keep 4 KiB of garbage out of each check
+}
+
+// httpReader reads a response through its caps.
+type httpReader struct {
+	capped httpCapReader
+	br     *bufio.Reader // reads from capped
+}
+
+// httpCapReader passes reads on to r until left bytes have been read, then
+// fails them with a capError: net/http reads a status line and headers
+// for as long as they last.
+type httpCapReader struct {
+	r    io.Reader
+	left int
+	head bool      // reading the status line and headers
+	line bool      // a line has ended: the status line is read
+	over *capError // the cap was reached
+}
+
+// limit lets through left bytes more, of the head or of the body.
+func (c *httpCapReader) limit(head bool, left int) { c.head, c.left = head, left }
+
+// reason is the error to report for err, which reading through c
+// returned: the cap, when it was reached, whatever the parser made of the
+// line it cut (bufio's ReadLine hands a cut last line on as a whole one).
+func (c *httpCapReader) reason(err error) error {
+	if c.over != nil {
+		return c.over
+	}
+	return err
+}
+
+func (c *httpCapReader) Read(p []byte) (int, error) {
+	if c.left <= 0 {
+		switch {
+		case c.head && !c.line:
+			c.over = &capError{what: "status line", verb: "exceeds", limit: httpMaxHead}
+		case c.head:
+			c.over = &capError{what: "response headers", verb: "exceed", limit: httpMaxHead}
+		default:
+			c.over = &capError{what: "response body with its framing", verb: "exceeds", limit: httpMaxBody + httpMaxFraming}
+		}
+		return 0, c.over
+	}
+	n, err := c.r.Read(p[:min(len(p), c.left)])
+	c.left -= n
+	if c.head && !c.line && bytes.IndexByte(p[:n], '\n') >= 0 {
+		c.line = true
+	}
+	return n, err
 }
 
 func newHTTPChecker(hc config.HealthCheck) (*httpChecker, error) {
@@ -70,7 +131,11 @@ func newHTTPChecker(hc config.HealthCheck) (*httpChecker, error) {
 	if len(c.status) == 0 {
 		c.status = []config.StatusRange{{Min: 200, Max: 399}}
 	}
-	c.readers.New = func() any { return bufio.NewReaderSize(nil, 4096) }
+	c.readers.New = func() any {
+		r := &httpReader{}
+		r.br = bufio.NewReaderSize(&r.capped, 4096)
+		return r
+	}
 	if hc.Type == config.CheckHTTPS {
 		c.defaultPort = 443
 		c.tls = &tls.Config{
@@ -144,15 +209,18 @@ func (c *httpChecker) Check(ctx context.Context, t Target) error {
 		return checkerErr(ctx, start, "send request", err)
 	}
 
-	br := c.readers.Get().(*bufio.Reader)
-	br.Reset(conn)
+	r := c.readers.Get().(*httpReader)
+	r.capped = httpCapReader{r: conn}
+	r.br.Reset(&r.capped)
 	defer func() {
-		br.Reset(nil)
-		c.readers.Put(br)
+		r.capped = httpCapReader{}
+		r.br.Reset(&r.capped)
+		c.readers.Put(r)
 	}()
-	resp, err := httpReadResponse(br)
+	r.capped.limit(true, httpMaxHead)
+	resp, err := httpReadResponse(r.br)
 	if err != nil {
-		return checkerErr(ctx, start, "read response", err)
+		return checkerErr(ctx, start, "read response", r.capped.reason(err))
 	}
 	if !c.statusOK(resp.StatusCode) {
 		return fmt.Errorf("HTTP %d", resp.StatusCode)
@@ -160,10 +228,11 @@ func (c *httpChecker) Check(ctx context.Context, t Target) error {
 	if len(c.body) == 0 {
 		return nil
 	}
+	r.capped.limit(false, httpMaxBody+httpMaxFraming)
 	found, whole, err := httpBodyContains(resp.Body, c.body)
 	switch {
 	case err != nil:
-		return checkerErr(ctx, start, "read body", err)
+		return checkerErr(ctx, start, "read body", r.capped.reason(err))
 	case !found && !whole:
 		return fmt.Errorf("first %d KiB of body do not contain %s", httpMaxBody>>10, checkerQuote(string(c.body)))
 	case !found:

@@ -107,6 +107,8 @@ type check struct {
 	lastCheck           time.Time
 	lastErr             string
 	lastDuration        time.Duration
+	panicLogged         time.Time // when a panic of its checker was last logged
+	panicsUnlogged      int       // its panics since, not logged
 }
 
 // New returns a Manager; nothing runs until Run.

@@ -238,7 +238,7 @@ func (m *Manager) check(r *checkRun, w *worker) bool {
 	// The deadline is on the system clock whatever opts.Clock is: checkers
 	// hand it to the kernel.
 	r.deadline = time.Now().Add(c.hc.Timeout)
-	err := c.checker.Check(r, r.target)
+	err := m.probe(c, r)
 	took := m.opts.Clock.Now().Sub(start)
 	r.cancel(context.Canceled) // as a context's CancelFunc: releases what waits on it
 	m.mu.Lock()
