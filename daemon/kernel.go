@@ -4,8 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"os/exec"
 	"path/filepath"
+	"time"
 
 	"github.com/lbdproject/lbd/config"
 	"github.com/lbdproject/lbd/dataplane"
@@ -88,8 +90,10 @@ func (k *kernel) newDataplane(cfg *config.Config, log *slog.Logger, announce dat
 		filters[fam] = iptables.New(r)
 	}
 	log.Info("packet filter", "iptables", k.filters[4].String(), "backend", string(k.backend), "ipv6", k.filters[6] != nil)
+	vs := ipvs.New(k.ipvs, k.ledger)
+	k.recoverLedger(vs, cfg.Dataplane.Interface, log)
 	return dataplane.New(dataplane.Options{
-		IPVS:      ipvs.New(k.ipvs, k.ledger),
+		IPVS:      vs,
 		Addrs:     addrs.New(k.addrs, cfg.Dataplane.Interface),
 		Timeouts:  k.ipvs,
 		Conntrack: k.ct,
@@ -99,6 +103,27 @@ func (k *kernel) newDataplane(cfg *config.Config, log *slog.Logger, announce dat
 		Logger:    log,
 		Sync:      cfg.Sync,
 	})
+}
+
+// recoverLedger sets an unreadable ownership ledger aside before the
+// first sync, which would otherwise fail on it forever, and has vs take
+// the safe side until the new ledger is rebuilt (ownership.Recovery).
+func (k *kernel) recoverLedger(vs *ipvs.Applier, link string, log *slog.Logger) {
+	rec, err := k.ledger.Recover(func() ([]netip.Addr, error) {
+		on, _, err := k.addrs.Dump(link)
+		return on, err
+	}, time.Now())
+	if rec == nil {
+		if err != nil {
+			log.Error("cannot read the ownership ledger; syncs will fail until it can be read", "error", err)
+		}
+		return
+	}
+	vs.AdoptAddrs(rec.VIPs)
+	log.Error("the ownership ledger was unreadable and is set aside; lbd starts a new one and deletes no virtual server it did not create in this run. "+
+		"Virtual servers it is asked for are taken over only where their VIP is on its interface; any other one is reported and left alone (lbd status). "+
+		"Compare the file set aside with ipvsadm -Ln and remove what is stale by hand",
+		"set_aside", rec.Aside, "cause", rec.Cause, "vips_on_interface", len(rec.VIPs), "vips_error", err)
 }
 
 // Cleanup removes everything lbd created, and nothing else: rules first

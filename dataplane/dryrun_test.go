@@ -44,7 +44,7 @@ scheduler = "rr"
 	}
 	ka := &fakeaddrs.Kernel{Links: map[string]map[netip.Addr]bool{"lbd0": {netip.MustParseAddr("192.0.2.99"): true}}}
 	before := kv.String()
-	ops, _, err := dataplane.DryRun(dataplane.FirstSync{Sources: dataplane.Sources{Config: cfg, Edition: "1"}}, dataplane.DiffKernels{IPVS: kv, Ledger: &fakeipvs.Ledger{Keys: map[lvs.Key]bool{old: true}}, Addrs: ka})
+	ops, _, err := dataplane.DryRun(dataplane.FirstSync{Sources: dataplane.Sources{Config: cfg, Edition: "1"}}, dataplane.DiffKernels{IPVS: kv, Ledger: &fakeipvs.Ledger{Keys: map[lvs.Key]bool{old: true, web: true}}, Addrs: ka})
 	if err != nil {
 		t.Fatal(err)
 	}

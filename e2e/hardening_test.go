@@ -5,6 +5,8 @@ package e2e
 import (
 	"fmt"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -91,15 +93,62 @@ real_server = [{ address = "%s", weight = %d }]
 		probeOK(t, client, topo.HTTP, web, 3)
 	})
 
+	t.Run("a foreign virtual server survives lbd claiming and releasing it", func(t *testing.T) {
+		theirs := netip.AddrPortFrom(topo.VIP(2), 80)
+		dir.MustExec(t, "ipvsadm", "-A", "-t", theirs.String(), "-s", "sh")
+		dir.MustExec(t, "ipvsadm", "-a", "-t", theirs.String(), "-r", real.String(), "-m", "-w", "7")
+		foreign := []string{"-A -t " + theirs.String() + " -s sh", fmt.Sprintf("-a -t %s -r %s -m -w 7", theirs, real)}
+		l.writeConfig(t, service(5)+claimOf(theirs, real))
+		waitRules(t, dir, "the edit applied beside the conflict", dest(5))
+		eventually(t, "the conflict in lbd status", func() error {
+			out, err := dir.Exec(l.bin, "status", "--socket", l.socket())
+			if err != nil || !strings.Contains(out, "not created by lbd") {
+				return fmt.Errorf("lbd status (%v):\n%s", err, out)
+			}
+			return nil
+		})
+		l.kill(t) // a full reconcile after a restart leaves it too
+		waitRules(t, dir, "lbd back", dest(5))
+		l.writeConfig(t, service(6))
+		waitRules(t, dir, "the claim released", dest(6))
+		waitRules(t, dir, "theirs untouched", foreign...)
+	})
+
 	t.Run("Consul with nothing to follow does not hold syncs back", func(t *testing.T) {
 		consul := "\n[consul]\naddress = \"127.0.0.1:1\"\n"
-		l.writeConfig(t, service(3)+consul)
-		waitRules(t, dir, "the edit synced while Consul follows nothing", dest(3))
+		l.writeConfig(t, service(7)+consul)
+		waitRules(t, dir, "the edit synced while Consul follows nothing", dest(7))
 		// And from a start: the first sync does not wait for Consul.
 		l.kill(t)
-		l.writeConfig(t, service(4)+consul)
-		waitRules(t, dir, "the first sync after a restart", dest(4))
+		l.writeConfig(t, service(8)+consul)
+		waitRules(t, dir, "the first sync after a restart", dest(8))
 		alive(t, l)
 		probeOK(t, client, topo.HTTP, web, 3)
 	})
+
+	t.Run("an unreadable ownership ledger is set aside and the syncs go on", func(t *testing.T) {
+		theirs := netip.AddrPortFrom(topo.VIP(2), 80)
+		ledger := filepath.Join(l.stateDir, "ipvs-owned.json")
+		if err := os.WriteFile(ledger, []byte(`{"version":1,"ipvs":["198.18.`), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		l.kill(t)
+		l.writeConfig(t, service(9))
+		waitRules(t, dir, "the edit synced after the ledger was set aside", dest(9), "-A -t "+theirs.String()+" -s sh")
+		l.waitLog(t, "the recovery logged", "the ownership ledger was unreadable and is set aside")
+		aside, _ := filepath.Glob(ledger + ".unreadable-*")
+		if len(aside) != 1 {
+			t.Errorf("set aside: %v; want one file", aside)
+		}
+		// web, whose VIP is on lbd0, was taken over (its weight follows
+		// the edit); theirs, claimed again, is still foreign.
+		l.writeConfig(t, service(10)+strings.Replace(claimOf(theirs, real), "weight = 2", "weight = 3", 1))
+		waitRules(t, dir, "web still lbd's after the recovery", dest(10), "-A -t "+theirs.String()+" -s sh", fmt.Sprintf("-a -t %s -r %s -m -w 7", theirs, real))
+		l.waitLog(t, "the conflict after the recovery", "not created by lbd")
+	})
+}
+
+// claimOf is a service at vs with one real server.
+func claimOf(vs, real netip.AddrPort) string {
+	return fmt.Sprintf("\n[[service]]\nname = \"claim\"\nvips = [\"%s\"]\nport = %d\nsnat = \"never\"\nreal_server = [{ address = \"%s\", weight = 2 }]\n", vs.Addr(), vs.Port(), real.Addr())
 }

@@ -57,6 +57,10 @@ type Service struct {
 	// NodePort is set on the virtual servers of a NodePort-like service's
 	// node addresses (not VIPs).
 	NodePort bool
+	// Adopt lets lbd take over a virtual server at this key that it did
+	// not create (the service's adopt); without it such a one is foreign
+	// and left alone.
+	Adopt bool
 }
 
 // Dest is one IPVS destination, in 48 bytes: a State holds one per real

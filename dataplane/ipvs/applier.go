@@ -118,6 +118,12 @@ type Applier struct {
 	// owned caches the ledger: the applier is its only writer, so it is
 	// read once (per process) rather than parsed on every sync.
 	owned map[lvs.Key]bool
+	// fresh are the keys this Apply claimed (not owned before it);
+	// foreign, those wanted that exist and are not lbd's (foreign.go),
+	// as of the last dump or failed add; adoptAddrs, see AdoptAddrs.
+	fresh      map[lvs.Key]bool
+	foreign    map[lvs.Key]bool
+	adoptAddrs map[netip.Addr]bool
 	// valid is false until a dump succeeded and after any failed write:
 	// then the cache cannot be trusted and the next Apply dumps.
 	valid bool
@@ -232,8 +238,15 @@ func (a *Applier) claim(want []desired.Service) (map[lvs.Key]bool, error) {
 	owned := a.owned
 	next := make(map[lvs.Key]bool, len(owned)+len(want))
 	maps.Copy(next, owned)
+	clear(a.fresh)
 	for _, s := range want {
-		next[s.Key] = true
+		if !next[s.Key] && !a.foreign[s.Key] {
+			next[s.Key] = true
+			if a.fresh == nil {
+				a.fresh = map[lvs.Key]bool{}
+			}
+			a.fresh[s.Key] = true
+		}
 	}
 	if len(next) != len(owned) {
 		if err := a.ledger.SetOwned(next); err != nil {
@@ -251,7 +264,8 @@ func (a *Applier) applyWanted(want []desired.Service, freshConns bool, res *Resu
 	now := time.Now()
 	added := a.addNew(want, res, errs)
 	wanted := make(map[lvs.Key]bool, len(want))
-	for _, s := range want {
+	for i := range want {
+		s := &want[i]
 		wanted[s.Key] = true
 		if failed, ok := added[s.Key]; ok {
 			if failed {
@@ -259,8 +273,12 @@ func (a *Applier) applyWanted(want []desired.Service, freshConns bool, res *Resu
 			}
 			continue // created whole, or to be read again
 		}
+		if a.foreign[s.Key] {
+			a.conflicted(s, res, errs)
+			continue
+		}
 		n := len(*errs)
-		a.applyService(s, now, freshConns, res, note)
+		a.applyService(*s, now, freshConns, res, note)
 		if len(*errs) > n {
 			res.Failed = append(res.Failed, s.Key)
 		}
@@ -294,7 +312,7 @@ func (a *Applier) deleteUnwanted(wanted, owned map[lvs.Key]bool, res *Result, no
 // stored, what the ledger holds.
 func (a *Applier) forgetGone(owned, stored, wanted map[lvs.Key]bool, errs *[]error) {
 	for key := range owned {
-		if inKernel := a.cache.get(key) != nil; !wanted[key] && !inKernel {
+		if inKernel := a.cache.get(key) != nil; !wanted[key] && !inKernel || a.foreign[key] {
 			delete(owned, key)
 		}
 	}
@@ -421,7 +439,11 @@ func (a *Applier) applyService(s desired.Service, now time.Time, freshConns bool
 	svc := fromDesired(s)
 	switch {
 	case e == nil:
-		if !note(Refusal(a.k.AddService(svc)), "adding %s", where) {
+		err := a.k.AddService(svc)
+		if a.takenAlready(&s, err) {
+			err = a.foreignNow(&s)
+		}
+		if !note(Refusal(err), "adding %s", where) {
 			return nil
 		}
 		e = a.newEntry(svc, len(s.Dests))
@@ -513,45 +535,6 @@ func (a *Applier) removeDests(e *entry, s desired.Service, now time.Time, freshC
 	clear(e.dests[len(kept):])
 	e.dests = kept
 	return e
-}
-
-// refresh replaces the cache with a dump of the kernel, keeping what lbd
-// owns or wants and the drain state of destinations still there.
-func (a *Applier) refresh(owned map[lvs.Key]bool, want []desired.Service) error {
-	dump, err := a.k.Dump()
-	if err != nil {
-		a.valid = false
-		return fmt.Errorf("dumping IPVS: %w", err)
-	}
-	relevant := make(map[lvs.Key]bool, len(owned)+len(want))
-	maps.Copy(relevant, owned)
-	for _, s := range want {
-		relevant[s.Key] = true
-	}
-	cache := newIndex(max(len(dump), len(want))) // a cold sync adds want to it
-	for _, s := range dump {
-		if !relevant[s.Key] {
-			continue // not lbd's: never touched
-		}
-		e := a.newEntry(s, len(s.Dests))
-		var old *entry
-		if a.cache != nil {
-			old = a.cache.get(s.Key)
-		}
-		for _, d := range s.Dests {
-			ds := destState{addr: d.Addr, weight: int32(d.Weight), fwd: pack(d.Forward), conns: int32(d.ActiveConns + d.InactiveConns), active: int32(d.ActiveConns)}
-			if old != nil {
-				if i, ok := old.find(d.Addr); ok {
-					ds.draining = old.dests[i].draining
-				}
-			}
-			e.dests = append(e.dests, ds)
-		}
-		slices.SortFunc(e.dests, func(a, b destState) int { return a.addr.Compare(b.addr) })
-		cache.put(s.Key, e)
-	}
-	a.cache, a.valid = cache, true
-	return nil
 }
 
 // Conns is a destination's connection counts in the kernel.

@@ -156,10 +156,13 @@ func TestRestartAdoptsWhatIsRight(t *testing.T) {
 		t.Errorf("ledger rewritten with nothing new to own")
 	}
 	// Adoption without a ledger (e.g. first run of lbd over a kernel
-	// configured by hand): what is configured is adopted, weights fixed.
+	// configured by hand), when the service asks for it: taken over,
+	// weights fixed. Without adopt, see TestForeignVirtualServers.
 	g := &fixture{k: f.k, l: &fakeipvs.Ledger{}}
 	g.a = ipvs.New(g.k, g.l)
-	res = g.apply(t, false, svc(web, "wrr", rs1, 3, rs2, 2))
+	adopt := svc(web, "wrr", rs1, 3, rs2, 2)
+	adopt.Adopt = true
+	res = g.apply(t, false, adopt)
 	if res.Writes != 1 || !g.l.Keys[web] {
 		t.Errorf("adoption: %+v, ledger %v; want 1 write and web owned", res.Stats, g.l.Keys)
 	}

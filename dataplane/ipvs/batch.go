@@ -39,6 +39,9 @@ func (a *Applier) addNew(want []desired.Service, res *Result, errs *[]error) map
 		for i, err := range b.AddServices(batch) {
 			svc := batch[i]
 			res.Writes += 1 + len(svc.Dests)
+			if a.takenAlready(from[i], err) {
+				err = a.foreignNow(from[i])
+			}
 			if err != nil {
 				if !errors.As(err, new(Refused)) {
 					a.valid = false // it may be partly created
@@ -64,7 +67,7 @@ func (a *Applier) addNew(want []desired.Service, res *Result, errs *[]error) map
 	}
 	for i := range want {
 		s := &want[i]
-		if a.cache.get(s.Key) != nil {
+		if a.cache.get(s.Key) != nil || a.foreign[s.Key] {
 			continue
 		}
 		svc := fromDesired(*s)
