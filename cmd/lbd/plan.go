@@ -45,9 +45,12 @@ comment says so. It writes nothing.`,
 			}
 			// The box's own addresses decide where NodePort-like services
 			// are served; reading them touches nothing.
-			host, _ := hostaddrs.List(cfg.Dataplane.Interface)
+			host, err := hostaddrs.List(cfg.Dataplane.Interface)
+			if err != nil {
+				fmt.Fprintf(c.ErrOrStderr(), "lbd plan: cannot list this box's addresses, so NodePort-like services get no node address: %v\n", err)
+			}
 			if !diff {
-				return desired.WritePlan(c.OutOrStdout(), desired.Compute(desired.Input{Config: cfg, HostAddrs: host}), cfg.Dataplane)
+				return desired.WritePlan(c.OutOrStdout(), desired.Compute(desired.Input{Config: cfg, HostAddrs: host}), cfg)
 			}
 			log := slog.New(slog.NewTextHandler(c.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))
 			ops, held, err := daemon.Diff(c.Context(), log, daemon.DiffOptions{Config: cfg, Path: path, HostAddrs: host, StateDir: stateDir})

@@ -106,7 +106,8 @@ func schedFlagNames(s Service) string {
 // WritePlan writes st as `lbd plan` prints it: each subsystem in the
 // form its own tool restores (ipvsadm -Sn, ipset restore,
 // iptables-restore), with dp's interface and packet filter.
-func WritePlan(w io.Writer, st State, dp config.Dataplane) error {
+func WritePlan(w io.Writer, st State, cfg *config.Config) error {
+	dp := cfg.Dataplane
 	fmt.Fprintln(w, "# IPVS (ipvsadm -Sn)")
 	if err := WriteIPVS(w, st); err != nil {
 		return err
@@ -121,6 +122,9 @@ func WritePlan(w io.Writer, st State, dp config.Dataplane) error {
 		for _, a := range st.NodeAddrs {
 			fmt.Fprintln(w, a)
 		}
+	} else if left := nodePortNames(cfg); len(left) > 0 {
+		fmt.Fprintf(w, "\n# node addresses (NodePort-like services): none; no address of this box is in node_cidrs %v,\n"+
+			"# so the node ports of %s are left out (their VIPs, if any, are above)\n", dp.NodeCIDRs, strings.Join(left, ", "))
 	}
 	fmt.Fprintf(w, "\n# ipsets (ipset restore)\n")
 	sets := st.SetEntries()
@@ -152,4 +156,15 @@ func WritePlan(w io.Writer, st State, dp config.Dataplane) error {
 		fmt.Fprintf(w, "\n# ARP answered on %s for %v\n", iface, vips)
 	}
 	return nil
+}
+
+// nodePortNames lists the services with a node port.
+func nodePortNames(cfg *config.Config) []string {
+	var names []string
+	for i := range cfg.Services {
+		if cfg.Services[i].NodePort != 0 {
+			names = append(names, cfg.Services[i].Name)
+		}
+	}
+	return names
 }

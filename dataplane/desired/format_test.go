@@ -46,3 +46,38 @@ func TestWriteIPVSForms(t *testing.T) {
 		})
 	}
 }
+
+// A NodePort-like service with no node address is not left out silently.
+func TestWritePlanSaysWhatIsLeftOut(t *testing.T) {
+	cfg := parse(t, `
+[dataplane]
+node_cidrs = ["198.18.0.0/24"]
+
+[[service]]
+name = "ingress"
+port = 80
+node_port = 30080
+real_server = [{ address = "10.0.0.1" }]
+`)
+	tests := []struct {
+		name string
+		host []netip.Addr
+		want string
+	}{
+		{"no node address", []netip.Addr{netip.MustParseAddr("203.0.113.5")},
+			"no address of this box is in node_cidrs [198.18.0.0/24],\n# so the node ports of ingress are left out"},
+		{"a node address", []netip.Addr{netip.MustParseAddr("198.18.0.5")},
+			"# node addresses (NodePort-like services)\n198.18.0.5\n"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var b strings.Builder
+			if err := WritePlan(&b, Compute(Input{Config: cfg, HostAddrs: tt.host}), cfg); err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(b.String(), tt.want) {
+				t.Errorf("plan:\n%s\nwant it to say:\n%s", b.String(), tt.want)
+			}
+		})
+	}
+}
