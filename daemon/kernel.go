@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
-	"os/exec"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -57,12 +57,13 @@ func openKernel(stateDir string) (_ *kernel, err error) {
 	k.backend = iptables.Detect()
 	k.filters = map[int]*iptables.ExecRunner{}
 	for _, fam := range []int{4, 6} {
-		if _, err := exec.LookPath(desired.FilterTool(fam) + "-restore"); err == nil {
-			k.filters[fam] = iptables.NewExecRunner(fam, k.backend)
+		r, err := iptables.LookupRunner(fam, k.backend)
+		switch {
+		case err == nil:
+			k.filters[fam] = r
+		case fam == 4:
+			return nil, err
 		}
-	}
-	if k.filters[4] == nil {
-		return nil, errors.New("iptables-restore not found: install the iptables package")
 	}
 	return k, nil
 }
@@ -90,11 +91,16 @@ func (k *kernel) newDataplane(cfg *config.Config, log *slog.Logger, announce dat
 		filters[fam] = iptables.New(r)
 	}
 	log.Info("packet filter", "iptables", k.filters[4].String(), "backend", string(k.backend), "ipv6", k.filters[6] != nil)
+	// A link of lbd's name without lbd's mark is someone else's, except
+	// after an upgrade from an lbd that did not mark it: then this boot's
+	// state directory shows that lbd ran before.
+	va := addrs.New(k.addrs, cfg.Dataplane.Interface)
+	va.AdoptUnmarked, va.Log = k.ranBefore(), log
 	vs := ipvs.New(k.ipvs, k.ledger)
 	k.recoverLedger(vs, cfg.Dataplane.Interface, log)
 	return dataplane.New(dataplane.Options{
 		IPVS:      vs,
-		Addrs:     addrs.New(k.addrs, cfg.Dataplane.Interface),
+		Addrs:     va,
 		Timeouts:  k.ipvs,
 		Conntrack: k.ct,
 		Sets:      ipset.New(k.sets),
@@ -103,6 +109,18 @@ func (k *kernel) newDataplane(cfg *config.Config, log *slog.Logger, announce dat
 		Logger:    log,
 		Sync:      cfg.Sync,
 	})
+}
+
+// ranBefore reports whether lbd ran on this boot before: its state
+// directory, in /run, holds what an earlier run wrote.
+func (k *kernel) ranBefore() bool {
+	dir := filepath.Dir(k.ledger.Path)
+	for _, name := range []string{LedgerFile, ownership.AppliedFile} {
+		if _, err := os.Lstat(filepath.Join(dir, name)); err == nil {
+			return true
+		}
+	}
+	return false
 }
 
 // recoverLedger sets an unreadable ownership ledger aside before the

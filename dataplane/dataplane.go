@@ -114,6 +114,10 @@ type Dataplane struct {
 	// Apply left it, for status and metrics; only the sync goroutine
 	// writes it (publishKernel).
 	kernel ipvs.Snapshot
+	// startKernel is lbd's virtual servers as the kernel held them at a
+	// restart, until the first sync that applies logs what it changed
+	// against them; the sync goroutine's.
+	startKernel []desired.Service
 }
 
 // Options configures a Dataplane.

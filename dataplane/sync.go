@@ -19,7 +19,7 @@ func (d *Dataplane) sync(_ context.Context, why runner.Reason) error {
 	d.in.changedAt = time.Time{}
 	if r := d.in.restart; r != nil {
 		d.valve.SetRestartBaseline(r.edition, r.kernel)
-		d.in.restart = nil
+		d.in.restart, d.startKernel = nil, r.kernel
 	}
 	d.mu.Unlock()
 	st, in, ok := d.desired()
@@ -39,8 +39,12 @@ func (d *Dataplane) sync(_ context.Context, why runner.Reason) error {
 	res.Dumps, res.Writes, res.Err = out.dumps, out.writes, out.err()
 	res.SetEntries, res.FilterRules, res.Draining, res.Failed = out.setEntries, out.rules, out.draining, out.failed
 	res.Services = len(st.Services)
-	if d.applied != nil { // not the first sync
+	switch {
+	case d.applied != nil: // not the first sync
 		logChanges(d.log, d.applied.Services, st.Services)
+	case d.startKernel != nil: // the first after a restart
+		logFirstChanges(d.log, d.startKernel, st.Services)
+		d.startKernel = nil
 	}
 	d.valve.Applied(&st, in)
 	d.mu.Lock() // Applied reads it from other goroutines

@@ -77,6 +77,22 @@ real_server = [{ address = "%s", weight = %d }]
 		if strings.Contains(out, "INVALID") || strings.Contains(out, "REJECTED") {
 			t.Errorf("lbd status still reports the fixed error:\n%s", out)
 		}
+		if out := dir.MustExec(t, "ip", "-d", "link", "show", topo.VIPLink); !strings.Contains(out, "alias lbd: VIPs") {
+			t.Errorf("lbd's new link is not marked as lbd's:\n%s", out)
+		}
+	})
+
+	t.Run("an unmarked link left by an older lbd is adopted on this boot", func(t *testing.T) {
+		dir.MustExec(t, "ip", "link", "set", "dev", topo.VIPLink, "alias", "")
+		l.kill(t)
+		eventually(t, "the link marked again", func() error {
+			out := dir.MustExec(t, "ip", "-d", "link", "show", topo.VIPLink)
+			if !strings.Contains(out, "alias lbd: VIPs") {
+				return fmt.Errorf("not marked:\n%s", out)
+			}
+			return nil
+		})
+		probeOK(t, client, topo.HTTP, web, 3)
 	})
 
 	t.Run("a reload whose Consul client cannot be built is refused", func(t *testing.T) {

@@ -8,6 +8,8 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
+
+	"github.com/lbdproject/lbd/dataplane/genl"
 )
 
 // NetlinkKernel drives addresses through rtnetlink in the caller's network
@@ -18,9 +20,15 @@ type NetlinkKernel struct {
 	// VIPs should not look it up 10,000 times. A write that fails makes
 	// the applier re-run EnsureLink, which refreshes it.
 	link netlink.Link
+	// kind is the link type lbd creates and accepts: "dummy" (tests on
+	// hosts without the dummy module use another).
+	kind string
 }
 
-var _ Kernel = (*NetlinkKernel)(nil)
+var (
+	_ Kernel  = (*NetlinkKernel)(nil)
+	_ Adopter = (*NetlinkKernel)(nil)
+)
 
 // OpenKernel opens an rtnetlink socket in the current network namespace.
 func OpenKernel() (*NetlinkKernel, error) {
@@ -28,7 +36,7 @@ func OpenKernel() (*NetlinkKernel, error) {
 	if err != nil {
 		return nil, fmt.Errorf("opening rtnetlink socket: %w", err)
 	}
-	return &NetlinkKernel{h: h}, nil
+	return &NetlinkKernel{h: h, kind: "dummy"}, nil
 }
 
 // Close releases the socket.
@@ -52,27 +60,27 @@ func (k *NetlinkKernel) dummyLink(name string) (netlink.Link, error) {
 		return nil, nil
 	case err != nil:
 		return nil, fmt.Errorf("looking up link %s: %w", name, err)
-	case l.Type() != "dummy":
-		return nil, fmt.Errorf("%s exists and is a %s link, not dummy: choose another [dataplane] interface", name, l.Type())
+	case l.Type() != k.kind:
+		return nil, fmt.Errorf("%s exists and is a %s link, not %s: choose another [dataplane] interface", name, l.Type(), k.kind)
 	}
 	return l, nil
 }
 
+// EnsureLink creates the link, marked, or checks that the one there is
+// lbd's; it sets it up. An unmarked link is refused before anything is
+// changed on it.
 func (k *NetlinkKernel) EnsureLink(name string) error {
 	l, err := k.dummyLink(name)
-	if err != nil {
+	switch {
+	case err != nil:
 		return err
-	}
-	if l == nil {
-		if err := k.h.LinkAdd(&netlink.Dummy{LinkAttrs: netlink.LinkAttrs{Name: name}}); err != nil {
-			if errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.ENOENT) {
-				return fmt.Errorf("creating dummy link: %w (is the dummy module loaded? modprobe dummy)", err)
-			}
-			return fmt.Errorf("creating dummy link: %w", err)
-		}
-		if l, err = k.h.LinkByName(name); err != nil {
+	case l == nil:
+		if l, err = k.createLink(name); err != nil {
 			return err
 		}
+	case !IsMarked(l.Attrs().Alias):
+		k.link = nil
+		return &ForeignLinkError{Link: name}
 	}
 	k.link = l
 	if l.Attrs().Flags&net.FlagUp == 0 {
@@ -81,18 +89,66 @@ func (k *NetlinkKernel) EnsureLink(name string) error {
 	return nil
 }
 
+// createLink adds the link and marks it. The kernel takes no alias in the
+// creating message (rtnl_create_link ignores IFLA_IFALIAS), hence a second
+// one; a link lbd made but could not mark is removed again, or the next
+// start would refuse it.
+func (k *NetlinkKernel) createLink(name string) (netlink.Link, error) {
+	err := k.h.LinkAdd(&netlink.GenericLink{LinkAttrs: netlink.LinkAttrs{Name: name}, LinkType: k.kind})
+	switch {
+	case err != nil && (errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.ENOENT)):
+		return nil, fmt.Errorf("creating %s link: %w (is the %s module loaded? modprobe %s)", k.kind, err, k.kind, k.kind)
+	case err != nil:
+		return nil, fmt.Errorf("creating %s link: %w", k.kind, err)
+	}
+	l, err := k.h.LinkByName(name)
+	if err != nil {
+		return nil, fmt.Errorf("looking up the new link %s: %w", name, err)
+	}
+	if err := k.h.LinkSetAlias(l, Marker); err != nil {
+		if derr := k.h.LinkDel(l); derr != nil {
+			err = errors.Join(err, fmt.Errorf("removing it again: %w", derr))
+		}
+		return nil, fmt.Errorf("marking the new link %s as lbd's: %w", name, err)
+	}
+	l.Attrs().Alias = Marker
+	return l, nil
+}
+
+// MarkLink sets lbd's Marker as the link's alias: lbd adopts it.
+func (k *NetlinkKernel) MarkLink(name string) error {
+	l, err := k.dummyLink(name)
+	switch {
+	case err != nil:
+		return err
+	case l == nil:
+		return fmt.Errorf("link %s: %w", name, unix.ENODEV)
+	}
+	return k.h.LinkSetAlias(l, Marker)
+}
+
+// Dump lists the links, then the addresses, again when the kernel
+// interrupts either dump (an address appeared meanwhile: the IPv6
+// link-local one of a link just set up, say).
 func (k *NetlinkKernel) Dump(link string) ([]netip.Addr, map[netip.Addr]string, error) {
-	links, err := k.h.LinkList()
+	var links []netlink.Link
+	var all []netlink.Addr
+	err := genl.RetryDump(netlink.ErrDumpInterrupted, func() error {
+		var err error
+		if links, err = k.h.LinkList(); err != nil {
+			return fmt.Errorf("listing links: %w", err)
+		}
+		if all, err = k.h.AddrList(nil, netlink.FAMILY_ALL); err != nil {
+			return fmt.Errorf("listing addresses: %w", err)
+		}
+		return nil
+	})
 	if err != nil {
 		return nil, nil, err
 	}
 	names := make(map[int]string, len(links))
 	for _, l := range links {
 		names[l.Attrs().Index] = l.Attrs().Name
-	}
-	all, err := k.h.AddrList(nil, netlink.FAMILY_ALL)
-	if err != nil {
-		return nil, nil, err
 	}
 	var on []netip.Addr
 	elsewhere := map[netip.Addr]string{}
@@ -146,8 +202,9 @@ func (k *NetlinkKernel) Delete(link string, a netip.Addr) error {
 	return k.h.AddrDel(l, hostAddr(a))
 }
 
-// DeleteLink removes the dummy link and with it every address on it. A
-// missing link is not an error; a link that is not a dummy is refused.
+// DeleteLink removes lbd's dummy link and with it every address on it. A
+// missing link is not an error; a link that is not a dummy is refused, and
+// so is one without lbd's mark (*ForeignLinkError).
 func (k *NetlinkKernel) DeleteLink(name string) (bool, error) {
 	l, err := k.h.LinkByName(name)
 	var notFound netlink.LinkNotFoundError
@@ -157,8 +214,14 @@ func (k *NetlinkKernel) DeleteLink(name string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	if l.Type() != "dummy" {
-		return false, fmt.Errorf("%s is a %s link, not lbd's dummy: left alone", name, l.Type())
+	if l.Type() != k.kind {
+		return false, fmt.Errorf("%s is a %s link, not lbd's %s: left alone", name, l.Type(), k.kind)
+	}
+	if !IsMarked(l.Attrs().Alias) {
+		return false, &ForeignLinkError{Link: name, Deleting: true}
+	}
+	if k.link != nil && k.link.Attrs().Name == name {
+		k.link = nil
 	}
 	return true, k.h.LinkDel(l)
 }

@@ -23,6 +23,7 @@ func TestConstants(t *testing.T) {
 		{"nlaFNetByteorder", nlaFNetByteorder, unix.NLA_F_NET_BYTEORDER},
 		{"nlmFRequest", nlmFRequest, unix.NLM_F_REQUEST},
 		{"nlmFAck", nlmFAck, unix.NLM_F_ACK},
+		{"nlmFDumpIntr", nlmFDumpIntr, unix.NLM_F_DUMP_INTR},
 		{"ctrlID", ctrlID, unix.GENL_ID_CTRL},
 		{"ctrlCmdGetFamily", ctrlCmdGetFamily, unix.CTRL_CMD_GETFAMILY},
 		{"ctrlAttrFamilyID", ctrlAttrFamilyID, unix.CTRL_ATTR_FAMILY_ID},

@@ -5,12 +5,16 @@ package hostaddrs
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
 	"net/netip"
 	"slices"
 	"time"
 
 	"github.com/vishvananda/netlink"
+
+	"github.com/lbdproject/lbd/dataplane/genl"
 )
 
 // debounce gathers the burst of events one change makes (an address and
@@ -29,12 +33,32 @@ func List(skip string) ([]netip.Addr, error) {
 // none).
 func list(skip string) ([]netip.Addr, int, error) {
 	skipIndex := 0
-	if l, err := netlink.LinkByName(skip); err == nil {
+	l, err := netlink.LinkByName(skip)
+	var notFound netlink.LinkNotFoundError
+	switch {
+	case err == nil:
 		skipIndex = l.Attrs().Index
+	case !errors.As(err, &notFound):
+		// Without skip's index lbd's VIPs would pass for the box's own.
+		return nil, 0, fmt.Errorf("looking up %s: %w", skip, err)
 	}
-	all, err := netlink.AddrList(nil, netlink.FAMILY_ALL)
+	addrs, err := listWith(skipIndex, func() ([]netlink.Addr, error) { return netlink.AddrList(nil, netlink.FAMILY_ALL) })
+	return addrs, skipIndex, err
+}
+
+// listWith lists the addresses with addrList, again when the kernel
+// interrupts the dump (an address came or went meanwhile: lbd binding a
+// VIP, the IPv6 link-local address of a link just set up), and leaves out
+// those of the interface skipIndex.
+func listWith(skipIndex int, addrList func() ([]netlink.Addr, error)) ([]netip.Addr, error) {
+	var all []netlink.Addr
+	err := genl.RetryDump(netlink.ErrDumpInterrupted, func() error {
+		var err error
+		all, err = addrList()
+		return err
+	})
 	if err != nil {
-		return nil, skipIndex, err
+		return nil, fmt.Errorf("listing addresses: %w", err)
 	}
 	out := make([]netip.Addr, 0, len(all))
 	for _, a := range all {
@@ -46,7 +70,7 @@ func list(skip string) ([]netip.Addr, int, error) {
 		}
 	}
 	slices.SortFunc(out, netip.Addr.Compare)
-	return slices.Compact(out), skipIndex, nil
+	return slices.Compact(out), nil
 }
 
 // Follow reports the box's addresses (but skip's, see List) to onChange

@@ -16,16 +16,20 @@ import (
 	"syscall"
 
 	"github.com/lbdproject/lbd/dataplane/desired"
+	"github.com/lbdproject/lbd/dataplane/genl"
 	"github.com/lbdproject/lbd/lvs"
 )
 
 // Kernel is the kernel's ipsets.
 type Kernel interface {
-	// Dump lists every lbd set (LBD- and LBD6- names) without holding the
-	// sets in memory: it calls set with each one's name, type and family
-	// (4 or 6), then the function set returned for it, unless nil, with
-	// each of that set's entries. The callbacks must not call back into
-	// the Kernel.
+	// Dump lists lbd's sets (at least those IsLBD names) without holding
+	// the sets in memory: it calls set with each one's name, type and
+	// family (4 or 6), then the function set returned for it, unless nil,
+	// with each of that set's entries. The callbacks must not call back
+	// into the Kernel. A dump the kernel flags as interrupted by a
+	// concurrent change returns an error that is genl.ErrDumpInterrupted,
+	// after the callbacks may have seen part of the sets, or some entries
+	// twice: the caller starts over.
 	Dump(set func(name string, t desired.SetType, family int) (entry func(desired.SetEntry))) error
 	Create(desired.SetSpec) error
 	Destroy(name string) error
@@ -48,9 +52,25 @@ type Op struct {
 	Del   bool
 }
 
-// IsLBD reports whether a set name is lbd's.
+// IsLBD reports whether a set name is lbd's: one of the fixed names of
+// desired.SetSpecs. Another set, even one named LBD-something (an admin's
+// LBD-ALLOW), is not lbd's and is never touched.
 func IsLBD(name string) bool {
-	return strings.HasPrefix(name, "LBD-") || strings.HasPrefix(name, "LBD6-")
+	_, ok := setID(name)
+	return ok
+}
+
+// setID returns the id of lbd's set called name.
+func setID(name string) (desired.SetID, bool) {
+	if !strings.HasPrefix(name, "LBD") {
+		return 0, false
+	}
+	for id := range desired.NumSets {
+		if id.Spec().Name == name {
+			return id, true
+		}
+	}
+	return 0, false
 }
 
 // Stats counts the kernel work of one Apply.
@@ -154,14 +174,14 @@ func (a *Applier) applyChanges(st *desired.State) (Stats, error) {
 func (a *Applier) write(adds, dels []key, stats *Stats) error {
 	slices.SortFunc(adds, key.compare)
 	slices.SortFunc(dels, key.compare)
-	var errs []error
+	var errs errList
 	done := func(k key, e desired.SetEntry, del bool, err error) {
 		name := k.set.Spec().Name
 		switch {
 		case err != nil && del:
-			errs = append(errs, fmt.Errorf("deleting %s from ipset %s: %w", e, name, err))
+			errs.add(fmt.Errorf("deleting %s from ipset %s: %w", e, name, err))
 		case err != nil:
-			errs = append(errs, fmt.Errorf("adding %s to ipset %s: %w", e, name, err))
+			errs.add(fmt.Errorf("adding %s to ipset %s: %w", e, name, err))
 		case del:
 			a.perSet[k.set]--
 		default:
@@ -211,7 +231,33 @@ func (a *Applier) write(adds, dels []key, stats *Stats) error {
 			}
 		}
 	}
-	return errors.Join(errs...)
+	return errs.err()
+}
+
+// maxErrors bounds the errors one write reports: a failure that hits
+// every entry (a set destroyed under lbd, a full set) would otherwise make
+// a log line and a status of megabytes.
+const maxErrors = 5
+
+// errList keeps the first maxErrors errors and counts the others.
+type errList struct {
+	errs []error
+	more int
+}
+
+func (l *errList) add(err error) {
+	if len(l.errs) == maxErrors {
+		l.more++
+		return
+	}
+	l.errs = append(l.errs, err)
+}
+
+func (l *errList) err() error {
+	if l.more > 0 {
+		return errors.Join(append(l.errs, fmt.Errorf("and %d more entries that failed", l.more))...)
+	}
+	return errors.Join(l.errs...)
 }
 
 // applyFull counts st's members from scratch and makes the kernel's sets
@@ -219,14 +265,18 @@ func (a *Applier) write(adds, dels []key, stats *Stats) error {
 func (a *Applier) applyFull(st *desired.State) (Stats, error) {
 	var stats Stats
 	a.prev = nil
-	count := a.recount(st)
+	var count map[key]int32
 	var d dumped
-	err := a.dump(count, &d)
-	stats.Dumps++
+	// An interrupted dump has fed the counts and d halfway: both start over.
+	err := genl.RetryDump(genl.ErrDumpInterrupted, func() error {
+		count, d = a.recount(st), dumped{}
+		a.count = count // its room is reused by the next recount
+		stats.Dumps++
+		return a.dump(count, &d)
+	})
 	if err != nil {
 		return stats, fmt.Errorf("listing ipsets: %w", err)
 	}
-	a.count = count
 	usable, errs, err := a.ensureSets(&d, &stats)
 	if err != nil {
 		return stats, err
@@ -275,16 +325,11 @@ type dumped struct {
 // dump streams the kernel's sets into d and count: it records which of
 // lbd's sets exist, and compares their entries with count as they come.
 func (a *Applier) dump(count map[key]int32, d *dumped) error {
-	var names [desired.NumSets]string
-	for id := range desired.NumSets {
-		names[id] = id.Spec().Name
-	}
 	return a.k.Dump(func(name string, t desired.SetType, family int) func(desired.SetEntry) {
-		i := slices.Index(names[:], name)
-		if i < 0 {
+		id, ok := setID(name)
+		if !ok {
 			return nil
 		}
-		id := desired.SetID(i)
 		d.found[id], d.got[id] = true, t
 		if spec := id.Spec(); t != spec.Type || family != spec.Family {
 			d.wrong[id] = true
@@ -446,17 +491,24 @@ func (k key) compare(o key) int {
 		cmp.Compare(k.port, o.port), bytes.Compare(k.ip2[:], o.ip2[:]), cmp.Compare(k.bits, o.bits))
 }
 
-// Cleanup destroys every lbd set (after the rules that use them are gone).
+// Cleanup destroys lbd's sets (after the rules that use them are gone),
+// and no other set, whatever its name.
 func Cleanup(k Kernel) ([]string, error) {
 	var names []string
-	err := k.Dump(func(name string, _ desired.SetType, _ int) func(desired.SetEntry) {
-		names = append(names, name)
-		return nil
+	err := genl.RetryDump(genl.ErrDumpInterrupted, func() error {
+		names = names[:0]
+		return k.Dump(func(name string, _ desired.SetType, _ int) func(desired.SetEntry) {
+			if IsLBD(name) {
+				names = append(names, name)
+			}
+			return nil
+		})
 	})
 	if err != nil {
 		return nil, fmt.Errorf("listing ipsets: %w", err)
 	}
 	slices.Sort(names)
+	names = slices.Compact(names)
 	var done []string
 	var errs []error
 	for _, name := range names {

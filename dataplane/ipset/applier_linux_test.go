@@ -2,6 +2,7 @@ package ipset_test
 
 import (
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 
@@ -59,6 +60,9 @@ func TestApplyOnTheKernel(t *testing.T) {
 	}
 	defer k.Close()
 	testnetns.Run(t, ns, "ipset", "create", "THEIRS", "hash:ip")
+	// An admin's set with a name like lbd's, which is not one of lbd's.
+	testnetns.Run(t, ns, "ipset", "create", "LBD-ALLOW", "hash:ip")
+	testnetns.Run(t, ns, "ipset", "add", "LBD-ALLOW", "198.18.0.1")
 	testnetns.Run(t, ns, "ipset", "create", "LBD-VIPS", "hash:net") // wrong type: replaced
 	a := ipset.New(k)
 	specs := desired.SetSpecs()
@@ -115,7 +119,10 @@ func TestApplyOnTheKernel(t *testing.T) {
 	if err != nil || len(done) != len(specs) {
 		t.Errorf("cleanup: %d removed (%v), %v; want %d", len(done), done, err, len(specs))
 	}
-	if out := testnetns.Run(t, ns, "ipset", "list", "-n"); strings.TrimSpace(out) != "THEIRS" {
-		t.Errorf("after cleanup: %q; want only THEIRS", out)
+	if out := strings.Fields(testnetns.Run(t, ns, "ipset", "list", "-n")); !slices.Equal(slices.Sorted(slices.Values(out)), []string{"LBD-ALLOW", "THEIRS"}) {
+		t.Errorf("after cleanup: %q; want only LBD-ALLOW and THEIRS", out)
+	}
+	if out := testnetns.Run(t, ns, "ipset", "list", "LBD-ALLOW"); !strings.Contains(out, "198.18.0.1") {
+		t.Errorf("LBD-ALLOW lost its entry:\n%s", out)
 	}
 }

@@ -1,6 +1,7 @@
 package ipset_test
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/lbdproject/lbd/config"
 	"github.com/lbdproject/lbd/dataplane/desired"
+	"github.com/lbdproject/lbd/dataplane/genl"
 	"github.com/lbdproject/lbd/dataplane/ipset"
 	"github.com/lbdproject/lbd/dataplane/ipset/fakeipset"
 )
@@ -149,5 +151,157 @@ func TestApplyRepairsAndRecovers(t *testing.T) {
 	res, err = a.Apply(&next, false)
 	if err != nil || k.String() != want(&next) {
 		t.Errorf("after a failed sync: %+v, %v\n%s\nwant\n%s", res, err, k, want(&next))
+	}
+}
+
+func TestOnlyLbdsOwnSetsAreTouched(t *testing.T) {
+	k := &fakeipset.Kernel{}
+	// An admin's sets: LBD-ALLOW looks like lbd's but is not one of its
+	// names, and is used by the admin's own rules.
+	for _, name := range []string{"LBD-ALLOW", "LBD6-ALLOW", "THEIRS"} {
+		if err := k.Create(desired.SetSpec{Name: name, Type: desired.HashIP, Family: 4}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := k.Add("LBD-ALLOW", desired.SetEntry{IP: netip.MustParseAddr("198.18.0.1")}); err != nil {
+		t.Fatal(err)
+	}
+	st := randomState(t, rand.New(rand.NewPCG(3, 3)), nil)
+	a := ipset.New(k)
+	for _, full := range []bool{false, true} {
+		if _, err := a.Apply(&st, full); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !strings.Contains(k.String(), "LBD-ALLOW: 198.18.0.1\n") {
+		t.Errorf("a sync touched LBD-ALLOW:\n%s", k)
+	}
+	done, err := ipset.Cleanup(k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(done) != int(desired.NumSets) {
+		t.Errorf("cleanup removed %d sets (%v); want lbd's %d", len(done), done, desired.NumSets)
+	}
+	for _, name := range []string{"LBD-ALLOW", "LBD6-ALLOW", "THEIRS"} {
+		if !k.Has(name) {
+			t.Errorf("cleanup destroyed %s, which is not lbd's", name)
+		}
+	}
+	for _, s := range desired.SetSpecs() {
+		if k.Has(s.Name) {
+			t.Errorf("cleanup left lbd's %s", s.Name)
+		}
+	}
+}
+
+func TestIsLBD(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		want bool
+	}{
+		{desired.SetSpecs()[0].Name, true},
+		{desired.SetSpecs()[len(desired.SetSpecs())-1].Name, true},
+		{"LBD-ALLOW", false},
+		{"LBD6-ALLOW", false},
+		{"LBD-", false},
+		{"lbd-services", false},
+		{"", false},
+	} {
+		if got := ipset.IsLBD(tc.name); got != tc.want {
+			t.Errorf("IsLBD(%q) = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+func TestInterruptedDumpIsRetried(t *testing.T) {
+	tests := []struct {
+		name       string
+		interrupts int
+		wantDumps  int
+		wantErr    bool
+	}{
+		{"interrupted once", 1, 2, false},
+		{"interrupted all but the last attempt", genl.DumpAttempts - 1, genl.DumpAttempts, false},
+		{"interrupted every time", genl.DumpAttempts, genl.DumpAttempts, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := rand.New(rand.NewPCG(5, 5))
+			k := &fakeipset.Kernel{}
+			a := ipset.New(k)
+			st := randomState(t, r, nil)
+			if _, err := a.Apply(&st, false); err != nil {
+				t.Fatal(err)
+			}
+			// Drift for the full sync to repair, and leftovers to delete:
+			// an interrupted run that saw them twice must not count twice.
+			k.Flush("LBD-SERVICES")
+			next := randomState(t, r, &st)
+			k.Interrupt = tt.interrupts
+			res, err := a.Apply(&next, true)
+			if res.Dumps != tt.wantDumps {
+				t.Errorf("%d dumps, want %d", res.Dumps, tt.wantDumps)
+			}
+			if tt.wantErr {
+				if !errors.Is(err, genl.ErrDumpInterrupted) {
+					t.Fatalf("error %v, want an interrupted dump", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := k.String(); got != want(&next) {
+				t.Errorf("kernel\n%s\nwant\n%s", got, want(&next))
+			}
+			if res, err := a.Apply(&next, true); err != nil || res.Writes != 0 {
+				t.Errorf("next full sync: %+v, %v; want nothing to write", res, err)
+			}
+		})
+	}
+	// Cleanup retries too.
+	k := &fakeipset.Kernel{}
+	if err := k.Create(desired.SetSpecs()[0]); err != nil {
+		t.Fatal(err)
+	}
+	k.Interrupt = 2
+	if done, err := ipset.Cleanup(k); err != nil || len(done) != 1 {
+		t.Errorf("cleanup after interrupted dumps: %v, %v", done, err)
+	}
+}
+
+func TestWriteErrorsAreBounded(t *testing.T) {
+	k := &fakeipset.Kernel{}
+	a := ipset.New(k)
+	state := func(reals int) desired.State {
+		var b strings.Builder
+		b.WriteString("[[service]]\nname = \"web\"\nvips = [\"192.0.2.1\"]\nport = 80\n")
+		for i := range reals {
+			fmt.Fprintf(&b, "[[service.real_server]]\naddress = \"10.0.%d.%d\"\n", i/250, 1+i%250)
+		}
+		cfg, err := config.Parse([]string{"lbd.toml"}, [][]byte{[]byte(b.String())})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return desired.Compute(desired.Input{Config: cfg})
+	}
+	one, many := state(1), state(300)
+	if _, err := a.Apply(&one, true); err != nil {
+		t.Fatal(err)
+	}
+	// Every set destroyed under lbd: every add of the next sync fails.
+	for _, s := range desired.SetSpecs() {
+		if err := k.Destroy(s.Name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err := a.Apply(&many, false)
+	if err == nil {
+		t.Fatal("no error")
+	}
+	msg := err.Error()
+	if n := strings.Count(msg, "\n") + 1; n > 6 || len(msg) > 1000 || !strings.Contains(msg, "more entries that failed") {
+		t.Errorf("error of %d lines, %d bytes:\n%s", n, len(msg), msg)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/lbdproject/lbd/dataplane/desired"
+	"github.com/lbdproject/lbd/dataplane/genl"
 	"github.com/lbdproject/lbd/lvs"
 )
 
@@ -68,7 +69,9 @@ func (s *nfSocket) close() { s.f.Close() }
 
 // Dump lists the headers of every set in one request (the kernel sends
 // no entries), then the entries of each lbd set whose entries set wants,
-// one request per set. A set destroyed in between is absent.
+// one request per set. A set destroyed in between is absent. A reply the
+// kernel flags NLM_F_DUMP_INTR is read to its end, then Dump returns
+// genl.ErrDumpInterrupted.
 func (k *NetlinkKernel) Dump(set func(name string, t desired.SetType, family int) func(desired.SetEntry)) error {
 	s := k.dump
 	s.mu.Lock()
@@ -149,38 +152,59 @@ func (s *nfSocket) list(name string, fn func(msg []byte) error) error {
 	if err := s.send(req.Serialize()); err != nil {
 		return err
 	}
-	var fnErr error
+	r := reply{seq: req.Seq, fn: fn}
 	for {
 		n, err := s.recv()
 		if err != nil {
 			return err
 		}
-		for b := s.buf[:n]; len(b) >= unix.NLMSG_HDRLEN; {
-			l := binary.NativeEndian.Uint32(b)
-			if l < unix.NLMSG_HDRLEN || int(l) > len(b) {
-				return fmt.Errorf("malformed netlink message (length %d of %d)", l, len(b))
-			}
-			typ, seq := binary.NativeEndian.Uint16(b[4:]), binary.NativeEndian.Uint32(b[8:])
-			body := b[unix.NLMSG_HDRLEN:l]
-			b = b[min(nlmAlign(int(l)), len(b)):]
-			if seq != req.Seq {
-				continue // the rest of an earlier request's reply
-			}
-			switch typ {
-			case unix.NLMSG_DONE, unix.NLMSG_ERROR:
-				if len(body) >= 4 {
-					if errno := -int32(binary.NativeEndian.Uint32(body)); errno != 0 {
-						return ipsetErrno(errno)
-					}
+		if done, err := r.feed(s.buf[:n]); done {
+			return err
+		}
+	}
+}
+
+// reply follows the reply to one IPSET_CMD_LIST request across datagrams.
+type reply struct {
+	seq         uint32
+	fn          func(msg []byte) error
+	fnErr       error
+	interrupted bool // a message was flagged NLM_F_DUMP_INTR
+}
+
+// feed takes one datagram of the reply; done says the reply ended (or
+// cannot be followed), with its error.
+func (r *reply) feed(b []byte) (done bool, err error) {
+	for len(b) >= unix.NLMSG_HDRLEN {
+		l := binary.NativeEndian.Uint32(b)
+		if l < unix.NLMSG_HDRLEN || int(l) > len(b) {
+			return true, fmt.Errorf("malformed netlink message (length %d of %d)", l, len(b))
+		}
+		typ, flags, seq := binary.NativeEndian.Uint16(b[4:]), binary.NativeEndian.Uint16(b[6:]), binary.NativeEndian.Uint32(b[8:])
+		body := b[unix.NLMSG_HDRLEN:l]
+		b = b[min(nlmAlign(int(l)), len(b)):]
+		if seq != r.seq {
+			continue // the rest of an earlier request's reply
+		}
+		r.interrupted = r.interrupted || flags&unix.NLM_F_DUMP_INTR != 0
+		switch typ {
+		case unix.NLMSG_DONE, unix.NLMSG_ERROR:
+			if len(body) >= 4 {
+				if errno := -int32(binary.NativeEndian.Uint32(body)); errno != 0 {
+					return true, ipsetErrno(errno)
 				}
-				return fnErr
-			case nl.IPSET_CMD_LIST | unix.NFNL_SUBSYS_IPSET<<8:
-				if fnErr == nil && len(body) >= 4 { // after the nfgenmsg
-					fnErr = fn(body[4:])
-				}
+			}
+			if r.interrupted && r.fnErr == nil {
+				return true, genl.ErrDumpInterrupted
+			}
+			return true, r.fnErr
+		case nl.IPSET_CMD_LIST | unix.NFNL_SUBSYS_IPSET<<8:
+			if r.fnErr == nil && len(body) >= 4 { // after the nfgenmsg
+				r.fnErr = r.fn(body[4:])
 			}
 		}
 	}
+	return false, nil
 }
 
 func ipsetErrno(errno int32) error {

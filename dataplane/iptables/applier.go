@@ -71,7 +71,7 @@ func (a *Applier) Apply(tables []desired.Table, full bool) (Stats, error) {
 		}
 		st.Writes++
 		if err := a.r.Restore(input); err != nil {
-			errs = append(errs, fmt.Errorf("writing table %s: %w\n%s", t.Name, err, input))
+			errs = append(errs, fmt.Errorf("writing table %s: %w", t.Name, err))
 			delete(a.applied, t.Name)
 			continue
 		}
@@ -165,11 +165,22 @@ func count(rules []string, r string) int {
 	return n
 }
 
+// toolNamer is a Runner that names its tool (iptables or ip6tables), for
+// Cleanup's lines.
+type toolNamer interface {
+	Tool() string
+}
+
 // Cleanup removes lbd's jumps and chains from the tables and nothing else.
-// It returns what it removed.
+// It returns what it removed, one line per table, naming the tool when the
+// runner names it ("iptables nat chains LBD-SERVICES, ...").
 func Cleanup(r Runner, tables []desired.Table) ([]string, error) {
 	var done []string
 	var errs []error
+	tool := ""
+	if n, ok := r.(toolNamer); ok {
+		tool = n.Tool() + " "
+	}
 	for _, t := range tables {
 		dump, err := r.Save(t.Name)
 		if err != nil {
@@ -205,7 +216,7 @@ func Cleanup(r Runner, tables []desired.Table) ([]string, error) {
 			continue
 		}
 		if len(chains) > 0 {
-			done = append(done, fmt.Sprintf("%s chains %s", t.Name, strings.Join(chains, ", ")))
+			done = append(done, fmt.Sprintf("%s%s chains %s", tool, t.Name, strings.Join(chains, ", ")))
 		}
 	}
 	return done, errors.Join(errs...)

@@ -1,6 +1,8 @@
 package iptables_test
 
 import (
+	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -97,8 +99,8 @@ func TestApplyRepairsAndWritesOnlyWhatDiffers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(done) != 2 {
-		t.Errorf("cleanup removed %v", done)
+	if len(done) != 2 || !strings.HasPrefix(done[0], "iptables nat chains LBD-") || !strings.HasPrefix(done[1], "iptables filter chains LBD-") {
+		t.Errorf("cleanup removed %q; want one line per table, naming the tool", done)
 	}
 	for _, table := range []string{"nat", "filter"} {
 		if got := lbdRules(t, ns, table); len(got) != 0 {
@@ -125,5 +127,60 @@ func TestIPv6Tables(t *testing.T) {
 	}
 	if st, err := a.Apply(tables, true); err != nil || st.Writes != 0 {
 		t.Errorf("second full apply: %+v, %v; want no writes (rules in saved form)", st, err)
+	}
+	done, err := iptables.Cleanup(iptables.NewExecRunner(6, iptables.Detect()).InNetns(ns), tables)
+	if err != nil || len(done) != 2 || !strings.HasPrefix(done[0], "ip6tables nat chains LBD-") {
+		t.Errorf("cleanup: %q, %v; want one line per table, naming ip6tables", done, err)
+	}
+}
+
+// TestRefusedRuleIsNamed feeds each backend a table whose last rule it
+// refuses, after hundreds of good ones: the error names that rule (or,
+// when iptables-legacy learns of the kernel's refusal only at COMMIT,
+// that line), and quotes nothing else of the input.
+func TestRefusedRuleIsNamed(t *testing.T) {
+	ns, _ := setup(t)
+	table := func(name, bad string) desired.Table {
+		tb := desired.Table{Name: name, Chains: []string{"LBD-TEST"}}
+		for i := range 300 {
+			tb.Rules = append(tb.Rules, fmt.Sprintf("-A LBD-TEST -s 198.18.%d.%d/32 -j RETURN", i/250, 1+i%250))
+		}
+		tb.Rules = append(tb.Rules, bad)
+		return tb
+	}
+	noSet := "-A LBD-TEST -m set --match-set LBD-NO-SUCH-SET src -j ACCEPT"
+	reject := "-A LBD-TEST -j REJECT --reject-with icmp-port-unreachable" // not in nat: the kernel refuses it
+	// The input: *table, the chain, 300 rules, the bad one (303), COMMIT.
+	tests := []struct {
+		backend iptables.Backend
+		table   desired.Table
+		line    int
+		text    string
+	}{
+		{iptables.NFT, table("filter", noSet), 303, noSet},
+		{iptables.Legacy, table("filter", noSet), 303, noSet},
+		{iptables.NFT, table("nat", reject), 303, reject},
+		{iptables.Legacy, table("nat", reject), 304, "COMMIT (the kernel refused"},
+	}
+	for _, tt := range tests {
+		t.Run(string(tt.backend)+" "+tt.table.Name, func(t *testing.T) {
+			r, err := iptables.LookupRunner(4, tt.backend)
+			if err != nil || !strings.Contains(r.String(), string(tt.backend)) {
+				t.Skipf("no %s tools: %v", tt.backend, err)
+			}
+			_, err = iptables.New(r.InNetns(ns)).Apply([]desired.Table{tt.table}, true)
+			var re *iptables.RestoreError
+			if !errors.As(err, &re) {
+				t.Fatalf("error %v; want a RestoreError", err)
+			}
+			msg := err.Error()
+			if re.Line != tt.line || !strings.HasPrefix(re.Text, tt.text) || !strings.Contains(msg, fmt.Sprintf("[input line %d: %s", tt.line, tt.text)) {
+				t.Errorf("line %d %q: %s", re.Line, re.Text, msg)
+			}
+			if len(msg) > 600 || strings.Contains(msg, "198.18.0.1/32") || strings.Contains(msg, "\n") {
+				t.Errorf("error of %d bytes, quoting more than the refused rule:\n%s", len(msg), msg)
+			}
+			t.Logf("%d bytes: %s", len(msg), msg)
+		})
 	}
 }

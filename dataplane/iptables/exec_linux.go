@@ -14,6 +14,7 @@ import (
 // ExecRunner runs the iptables tools of one family and backend.
 type ExecRunner struct {
 	save, restore string // binaries, e.g. iptables-nft-save
+	family        int
 	prefix        []string
 }
 
@@ -54,22 +55,51 @@ func Detect() Backend {
 	return NFT
 }
 
-// NewExecRunner returns the runner for a family (4 or 6) and backend,
-// falling back to the plain iptables-save/restore names where the
-// backend-specific ones are not installed.
-func NewExecRunner(family int, b Backend) *ExecRunner {
+// LookupRunner returns the runner for a family (4 or 6) and backend, with
+// both tools it needs found in PATH: the backend's own
+// (iptables-nft-save and iptables-nft-restore), else the plain names. An
+// error names what is missing and the package to install.
+func LookupRunner(family int, b Backend) (*ExecRunner, error) {
 	prefix := desired.FilterTool(family)
-	r := &ExecRunner{save: prefix + "-" + string(b) + "-save", restore: prefix + "-" + string(b) + "-restore"}
-	if _, err := exec.LookPath(r.save); err != nil {
-		r.save, r.restore = prefix+"-save", prefix+"-restore"
+	var missing []string
+	for _, infix := range []string{"-" + string(b), ""} {
+		r := &ExecRunner{save: prefix + infix + "-save", restore: prefix + infix + "-restore", family: family}
+		_, errSave := exec.LookPath(r.save)
+		_, errRestore := exec.LookPath(r.restore)
+		if errSave == nil && errRestore == nil {
+			return r, nil
+		}
+		for _, m := range []struct {
+			name string
+			err  error
+		}{{r.save, errSave}, {r.restore, errRestore}} {
+			if m.err != nil {
+				missing = append(missing, m.name)
+			}
+		}
 	}
-	return r
+	return nil, fmt.Errorf("%s not found in PATH (missing %s): install the iptables package", prefix+"-save and "+prefix+"-restore", strings.Join(missing, ", "))
+}
+
+// NewExecRunner returns the runner for a family (4 or 6) and backend, as
+// LookupRunner finds it, or with the plain iptables-save/restore names
+// when it finds none.
+func NewExecRunner(family int, b Backend) *ExecRunner {
+	if r, err := LookupRunner(family, b); err == nil {
+		return r
+	}
+	prefix := desired.FilterTool(family)
+	return &ExecRunner{save: prefix + "-save", restore: prefix + "-restore", family: family}
 }
 
 // String names the tools, for logs.
 func (r *ExecRunner) String() string { return r.restore }
 
-func (r *ExecRunner) run(stdin string, name string, args ...string) (string, error) {
+// Tool names the family's tool, iptables or ip6tables.
+func (r *ExecRunner) Tool() string { return desired.FilterTool(r.family) }
+
+// run runs a tool; an error carries its stderr, which a caller bounds.
+func (r *ExecRunner) run(stdin string, name string, args ...string) (stdout, stderr string, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	argv := append(append(append([]string{}, r.prefix...), name), args...)
@@ -77,20 +107,26 @@ func (r *ExecRunner) run(stdin string, name string, args ...string) (string, err
 	cmd.Stdin = strings.NewReader(stdin)
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
-	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("%s %s: %w: %s", name, strings.Join(args, " "), err, strings.TrimSpace(errOut.String()))
-	}
-	return out.String(), nil
+	err = cmd.Run()
+	return out.String(), errOut.String(), err
 }
 
 // Save returns iptables-save output for one table.
 func (r *ExecRunner) Save(table string) (string, error) {
-	return r.run("", r.save, "-t", table)
+	out, stderr, err := r.run("", r.save, "-t", table)
+	if err != nil {
+		return "", fmt.Errorf("%s -t %s: %w: %s", r.save, table, err, message(stderr))
+	}
+	return out, nil
 }
 
 // Restore applies input atomically, leaving chains it does not declare
-// alone; -w waits for the xtables lock other tools hold.
+// alone; -w waits for the xtables lock other tools hold. An error is a
+// *RestoreError: the tool's message and the input line it names.
 func (r *ExecRunner) Restore(input string) error {
-	_, err := r.run(input, r.restore, "--noflush", "-w", "5")
-	return err
+	_, stderr, err := r.run(input, r.restore, "--noflush", "-w", "5")
+	if err != nil {
+		return newRestoreError(r.restore, input, stderr, err)
+	}
+	return nil
 }

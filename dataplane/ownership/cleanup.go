@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/lbdproject/lbd/dataplane/addrs"
 	"github.com/lbdproject/lbd/dataplane/ipvs"
 	"github.com/lbdproject/lbd/lvs"
 )
@@ -38,6 +39,11 @@ func Cleanup(k ipvs.Kernel, ledger ipvs.Ledger, links LinkDeleter, link string) 
 		errs = append(errs, fmt.Errorf("recording owned IPVS services: %w", err))
 	}
 	removed, err := links.DeleteLink(link)
+	var foreign *addrs.ForeignLinkError
+	if errors.As(err, &foreign) {
+		// Someone else's link of lbd's name: leaving it is the job done.
+		return append(done, "nothing of interface "+link+": "+foreign.Error()), errors.Join(errs...)
+	}
 	if err != nil {
 		errs = append(errs, fmt.Errorf("deleting interface %s: %w", link, err))
 	} else if removed {

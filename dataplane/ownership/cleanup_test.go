@@ -3,6 +3,7 @@ package ownership_test
 import (
 	"net/netip"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/lbdproject/lbd/dataplane/addrs/fakeaddrs"
@@ -41,5 +42,24 @@ func TestCleanupRemovesOnlyWhatLbdOwns(t *testing.T) {
 	// A second run finds nothing.
 	if done, err := ownership.Cleanup(kv, ledger, links, "lbd0"); err != nil || len(done) != 0 {
 		t.Errorf("second cleanup: %v, %v", done, err)
+	}
+}
+
+// Someone else's link of lbd's name survives cleanup, which says so and
+// does not fail for it.
+func TestCleanupLeavesAForeignLink(t *testing.T) {
+	links := &fakeaddrs.Kernel{
+		Links:    map[string]map[netip.Addr]bool{"dummy0": {netip.MustParseAddr("203.0.113.1"): true}},
+		Unmarked: map[string]bool{"dummy0": true},
+	}
+	done, err := ownership.Cleanup(&fakeipvs.Kernel{}, &fakeipvs.Ledger{}, links, "dummy0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(done) != 1 || !strings.HasPrefix(done[0], "nothing of interface dummy0: interface dummy0 was not created by lbd") {
+		t.Errorf("cleanup said %q", done)
+	}
+	if links.String() != "dummy0: 203.0.113.1\n" {
+		t.Errorf("the foreign link changed:\n%s", links)
 	}
 }

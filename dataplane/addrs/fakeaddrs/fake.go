@@ -17,16 +17,26 @@ import (
 
 // Kernel maps interface names to their addresses.
 type Kernel struct {
-	mu            sync.Mutex
-	Links         map[string]map[netip.Addr]bool
+	mu    sync.Mutex
+	Links map[string]map[netip.Addr]bool
+	// Unmarked names the links of Links that lbd did not create (no
+	// Marker alias): EnsureLink and DeleteLink refuse them, MarkLink
+	// adopts them. The links EnsureLink creates are marked.
+	Unmarked      map[string]bool
 	Dumps, Writes int
 }
 
-var _ addrs.Kernel = (*Kernel)(nil)
+var (
+	_ addrs.Kernel  = (*Kernel)(nil)
+	_ addrs.Adopter = (*Kernel)(nil)
+)
 
 func (k *Kernel) EnsureLink(name string) error {
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	if k.Unmarked[name] {
+		return &addrs.ForeignLinkError{Link: name}
+	}
 	if k.Links == nil {
 		k.Links = map[string]map[netip.Addr]bool{}
 	}
@@ -95,12 +105,27 @@ func (k *Kernel) String() string {
 	return b.String()
 }
 
-// DeleteLink removes a link and its addresses.
+// MarkLink marks an existing link as lbd's.
+func (k *Kernel) MarkLink(name string) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.Writes++
+	if _, ok := k.Links[name]; !ok {
+		return fmt.Errorf("link %s: %w", name, syscall.ENODEV)
+	}
+	delete(k.Unmarked, name)
+	return nil
+}
+
+// DeleteLink removes a link of lbd's and its addresses.
 func (k *Kernel) DeleteLink(name string) (bool, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if _, ok := k.Links[name]; !ok {
 		return false, nil
+	}
+	if k.Unmarked[name] {
+		return false, &addrs.ForeignLinkError{Link: name, Deleting: true}
 	}
 	k.Writes++
 	delete(k.Links, name)

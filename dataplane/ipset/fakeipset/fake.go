@@ -13,6 +13,7 @@ import (
 	"syscall"
 
 	"github.com/lbdproject/lbd/dataplane/desired"
+	"github.com/lbdproject/lbd/dataplane/genl"
 	"github.com/lbdproject/lbd/dataplane/ipset"
 )
 
@@ -22,6 +23,10 @@ type Kernel struct {
 	mu            sync.Mutex
 	sets          map[string]*set
 	Dumps, Writes int
+	// Interrupt makes the next Interrupt dumps act as the kernel's when a
+	// concurrent change interrupts them: they deliver every entry twice,
+	// then fail with genl.ErrDumpInterrupted.
+	Interrupt int
 }
 
 type set struct {
@@ -36,6 +41,10 @@ var _ ipset.Kernel = (*Kernel)(nil)
 func (k *Kernel) Dump(set func(name string, t desired.SetType, family int) func(desired.SetEntry)) error {
 	k.mu.Lock()
 	k.Dumps++
+	interrupted := k.Interrupt > 0
+	if interrupted {
+		k.Interrupt--
+	}
 	specs := make([]desired.SetSpec, 0, len(k.sets))
 	entries := make([][]desired.SetEntry, 0, len(k.sets))
 	for _, s := range k.sets {
@@ -47,10 +56,24 @@ func (k *Kernel) Dump(set func(name string, t desired.SetType, family int) func(
 		if entry := set(spec.Name, spec.Type, spec.Family); entry != nil {
 			for _, e := range entries[i] {
 				entry(e)
+				if interrupted {
+					entry(e)
+				}
 			}
 		}
 	}
+	if interrupted {
+		return fmt.Errorf("ipset dump: %w", genl.ErrDumpInterrupted)
+	}
 	return nil
+}
+
+// Has reports whether a set exists.
+func (k *Kernel) Has(name string) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	_, ok := k.sets[name]
+	return ok
 }
 
 func (k *Kernel) Create(spec desired.SetSpec) error {
