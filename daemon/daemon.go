@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -61,7 +62,8 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	defer k.Close()
 	sysctl.Report("/proc/sys", log)
-	d := &daemon{opts: opts, log: log, k: k, m: metrics.New(), notify: &notifier{log: log}, rejects: make(chan error, 1)}
+	d := &daemon{opts: opts, log: log, k: k, m: metrics.New(), notify: &notifier{log: log},
+		rejects: make(chan error, 1), hostAddrs: make(chan []netip.Addr, 1)}
 	src, err := file.New(file.Options{Path: opts.ConfigPath, Logger: log, Load: reportingLoad(log, d.rejects, config.Load)})
 	if err != nil {
 		return err
@@ -89,8 +91,10 @@ type daemon struct {
 	notify *notifier
 	wg     sync.WaitGroup
 
-	// rejects carries the file source's load errors to the main loop.
-	rejects chan error
+	// rejects carries the file source's load errors to the main loop;
+	// hostAddrs, the box's addresses when they change.
+	rejects   chan error
+	hostAddrs chan []netip.Addr
 	// rejection is why the latest configuration was refused after it
 	// loaded (say, its Consul client cannot be built); nil once one is
 	// taken into force. Read by status.
@@ -128,6 +132,10 @@ func (d *daemon) loop(ctx context.Context, errc <-chan error) error {
 			d.configure(ctx, cfg)
 		case err := <-d.rejects:
 			d.rejected(ctx, err)
+		case addrs := <-d.hostAddrs:
+			// Consul's real servers are checked against them.
+			d.gate.host = addrs
+			d.apply()
 		case snap := <-d.consulUpdates():
 			d.gate.snap = snap
 			d.apply()
@@ -203,8 +211,20 @@ func (d *daemon) start(ctx context.Context, cfg *config.Config) {
 	// remove NodePort-like services to re-add them.
 	if addrs, err := hostaddrs.List(cfg.Dataplane.Interface); err == nil {
 		d.dp.SetHostAddrs(addrs)
+		d.gate.host = addrs
 	}
-	d.wg.Go(func() { hostaddrs.Follow(ctx, d.log, cfg.Dataplane.Interface, d.dp.SetHostAddrs) })
+	d.wg.Go(func() {
+		hostaddrs.Follow(ctx, d.log, cfg.Dataplane.Interface, func(addrs []netip.Addr) {
+			d.dp.SetHostAddrs(addrs)
+			// The only sender: after the drain the send cannot block,
+			// and the loop merges with the latest addresses.
+			select {
+			case <-d.hostAddrs:
+			default:
+			}
+			d.hostAddrs <- addrs
+		})
+	})
 	d.wg.Go(func() { d.dp.Loop(ctx) })
 	d.wg.Go(func() { watchdog(ctx, d.log, d.notify, d.dp) })
 	d.wg.Go(func() { d.notify.readyAfterGrace(ctx, readyGrace) })

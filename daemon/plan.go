@@ -76,7 +76,7 @@ func Diff(ctx context.Context, log *slog.Logger, o DiffOptions) ([]string, valve
 // configuration merged with Consul's snapshot as apply merges them, and
 // every check new, seeded from the kernel.
 func firstSync(log *slog.Logger, cfg *config.Config, host []netip.Addr, snap consul.Snapshot, seed healthcheck.Seed) dataplane.FirstSync {
-	res := merge.Merge(cfg, snap)
+	res := merge.Compute(merge.Input{Config: cfg, Snapshot: snap, HostAddrs: host})
 	for _, p := range res.Problems {
 		log.Warn("consul registration refused", "subject", p.Subject, "problem", p.Msg)
 	}

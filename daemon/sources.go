@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"log/slog"
+	"net/netip"
 
 	"github.com/lbdproject/lbd/config"
 	"github.com/lbdproject/lbd/dataplane"
@@ -18,6 +19,9 @@ type gate struct {
 	cfg     *config.Config
 	edition string // the hash of cfg's files
 	snap    consul.Snapshot
+	// host is the box's addresses (but lbd's link's): no real server
+	// from Consul may have one.
+	host    []netip.Addr
 	waiting bool // logged that the first sync waits for Consul
 	// seed is what lbd's virtual servers held at start, for the first
 	// health.Set; nil after it.
@@ -45,7 +49,7 @@ func (d *daemon) apply() {
 		d.log.Info("Consul answered; syncing")
 		g.waiting = false
 	}
-	res := merge.Merge(g.cfg, g.snap)
+	res := merge.Compute(merge.Input{Config: g.cfg, Snapshot: g.snap, HostAddrs: g.host})
 	if d.consul != nil {
 		d.consul.report(g.cfg, res.Problems)
 	}
@@ -93,6 +97,12 @@ func (d *daemon) recordApplied(res dataplane.SyncResult) {
 // audit logs one line per configuration taken into force: its hash and
 // what it changed.
 func audit(log *slog.Logger, hash string, old, cur *config.Config) {
+	if old == nil {
+		// At start there is no configuration to differ from; what the
+		// first sync changes in the kernel is logged by the dataplane.
+		log.Info("configuration in force", "hash", hash, "files", len(cur.Files), "services", len(cur.Services))
+		return
+	}
 	added, removed, changed := config.Changes(old, cur)
 	log.Info("configuration in force", "hash", hash, "files", len(cur.Files), "services", len(cur.Services),
 		"added", added, "removed", removed, "changed", changed)

@@ -128,7 +128,7 @@ func newClient(cfg config.Consul, dial dialFunc, maxConns int) (*Client, error) 
 		// No ResponseHeaderTimeout: long-polls legitimately wait minutes
 		// for their headers. Requests carry their own deadlines.
 	}
-	hc := &http.Client{Transport: tr}
+	hc := &http.Client{Transport: capTransport{rt: tr, max: answerCap(MaxAnswer, MaxChecksAnswer)}}
 
 	c, err := api.NewClient(&api.Config{
 		Address:    addr,

@@ -72,7 +72,7 @@ func TestNewClientServerNameAndInsecure(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tls := c.hc.Transport.(*http.Transport).TLSClientConfig
+	tls := c.hc.Transport.(capTransport).rt.(*http.Transport).TLSClientConfig
 	if tls.ServerName != "consul.internal" || !tls.InsecureSkipVerify {
 		t.Errorf("TLS server name %q, insecure %v; want consul.internal, true", tls.ServerName, tls.InsecureSkipVerify)
 	}

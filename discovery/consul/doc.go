@@ -49,4 +49,12 @@
 // Consul gave and the token was allowed to see is a real answer and is
 // delivered: refusing suspicious mass deletions is the daemon's safety
 // valve, not this package's.
+//
+// # Bounds
+//
+// Registrations are written by others, so what lbd reads from Consul is
+// bounded: each answer (MaxAnswer, MaxChecksAnswer), the services carrying
+// the virtual-service tag that are followed, and the values quoted in
+// errors (Quote). A panic on an answer is recovered and the answer treated
+// as unusable, so that one registration cannot crash-loop lbd.
 package consul

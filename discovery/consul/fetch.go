@@ -43,7 +43,7 @@ func (l *loop) fetchAll(ctx context.Context, keys []fetchKey) []fetchResult {
 				if fctx.Err() == nil {
 					res[i] = l.fetch(fctx, keys[i])
 				}
-				if err := res[i].err; err != nil && !isStatusError(err) && fctx.Err() == nil {
+				if err := res[i].err; err != nil && !isAnswered(err) && fctx.Err() == nil {
 					once.Do(func() { cause = err; abort() })
 				}
 			}
@@ -73,7 +73,14 @@ func isStatusError(err error) bool {
 	return errors.As(err, &se)
 }
 
-func (l *loop) fetch(ctx context.Context, k fetchKey) fetchResult {
+func (l *loop) fetch(ctx context.Context, k fetchKey) (res fetchResult) {
+	var panicked error
+	defer func() {
+		if panicked != nil {
+			res = fetchResult{key: k, err: panicked}
+		}
+	}()
+	defer l.recoverAnswer(fmt.Sprintf("reading %s", k), &panicked)
 	ctx, cancel := context.WithTimeout(ctx, l.opts.RequestTimeout)
 	defer cancel()
 	q := (&api.QueryOptions{Datacenter: k.dc}).WithContext(ctx)

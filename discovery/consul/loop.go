@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -112,6 +113,8 @@ type loop struct {
 	// discovery: Options.Datacenter, else the Client's; "" for the agent's.
 	defaultDC string
 	tagged    map[string]bool // services carrying the tag; nil until the catalog answered
+	// taggedProblem says that more than maxTagged services carry the tag.
+	taggedProblem string
 
 	pending      map[fetchKey]bool // to read at the next refresh
 	retry        map[fetchKey]bool // failed; read again after a backoff
@@ -339,6 +342,15 @@ func (l *loop) updateTagged(services map[string][]string) {
 			tagged[name] = true
 		}
 	}
+	l.taggedProblem = ""
+	if len(tagged) > maxTagged {
+		names := slices.Sorted(maps.Keys(tagged))
+		for _, n := range names[maxTagged:] {
+			delete(tagged, n)
+		}
+		l.taggedProblem = fmt.Sprintf("more than %d services carry tag %s; lbd follows the first %d by name and ignores the others (from %s on)",
+			maxTagged, Quote(l.opts.VirtualServiceTag), maxTagged, Quote(names[maxTagged]))
+	}
 	l.tagged = tagged
 	l.ensureFetches()
 }
@@ -386,7 +398,7 @@ func (l *loop) onResults(res []fetchResult) {
 	l.refreshing = false
 	failed := false
 	for _, r := range res {
-		if r.err != nil && !isStatusError(r.err) {
+		if r.err != nil && !isAnswered(r.err) {
 			// The agent did not answer: the triggers may be waiting on
 			// one that is gone or restarted without knowing it.
 			for _, d := range l.dcs {

@@ -160,7 +160,8 @@ func (l *loop) poll(ctx context.Context, d *dcState, kind pollKind) {
 
 // pollOnce makes one request of a change trigger; wait 0 makes it
 // non-blocking.
-func (l *loop) pollOnce(ctx context.Context, dc string, kind pollKind, wait uint64) (pollEvent, error) {
+func (l *loop) pollOnce(ctx context.Context, dc string, kind pollKind, wait uint64) (_ pollEvent, err error) {
+	defer l.recoverAnswer(fmt.Sprintf("watching %s%s", kind, inDC(dc)), &err)
 	q := &api.QueryOptions{Datacenter: dc}
 	timeout := l.opts.RequestTimeout
 	if wait > 0 {
@@ -175,7 +176,6 @@ func (l *loop) pollOnce(ctx context.Context, dc string, kind pollKind, wait uint
 	var (
 		ev   pollEvent
 		meta *api.QueryMeta
-		err  error
 	)
 	switch kind {
 	case catalogPoll:

@@ -52,6 +52,9 @@ func (l *loop) problems() (errs, other []string) {
 			}
 		}
 	}
+	if l.taggedProblem != "" {
+		other = append(other, l.taggedProblem)
+	}
 	for _, fs := range l.fetches {
 		if fs.err != nil {
 			errs = append(errs, fs.err.Error())

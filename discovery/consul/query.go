@@ -96,10 +96,10 @@ func instanceOf(e *api.ServiceEntry) (Instance, error) {
 	}
 	addr, err := netip.ParseAddr(raw)
 	if err != nil {
-		return Instance{}, fmt.Errorf("instance %s on node %s: %s address %q is not an IP address", s.ID, e.Node.Node, from, raw)
+		return Instance{}, fmt.Errorf("instance %s on node %s: %s address %s is not an IP address", Quote(s.ID), Quote(e.Node.Node), from, Quote(raw))
 	}
 	if s.Port < 0 || s.Port > 65535 {
-		return Instance{}, fmt.Errorf("instance %s on node %s: port %d out of range", s.ID, e.Node.Node, s.Port)
+		return Instance{}, fmt.Errorf("instance %s on node %s: port %d out of range", Quote(s.ID), Quote(e.Node.Node), s.Port)
 	}
 	return Instance{
 		ID:          s.ID,
@@ -181,7 +181,7 @@ func (k fetchKey) tagList() []string {
 
 // String names the fetch in errors and logs.
 func (k fetchKey) String() string {
-	s := fmt.Sprintf("%q", k.service)
+	s := Quote(k.service)
 	if k.tags != "" {
 		s += " with tags " + strings.Join(k.tagList(), ",")
 	}

@@ -2,6 +2,7 @@ package consul
 
 import (
 	"net/netip"
+	"strings"
 	"testing"
 
 	"github.com/hashicorp/consul/api"
@@ -79,9 +80,10 @@ func TestInstanceOf(t *testing.T) {
 		{"IPv6", entry("2001:db8::1", "192.0.2.1", 443), netip.MustParseAddrPort("[2001:db8::1]:443"), ""},
 		{"IPv4-mapped IPv6 is IPv4", entry("::ffff:10.0.0.1", "", 80), netip.MustParseAddrPort("10.0.0.1:80"), ""},
 		{"no port", entry("10.0.0.1", "", 0), netip.MustParseAddrPort("10.0.0.1:0"), ""},
-		{"host name", entry("web.example", "192.0.2.1", 80), netip.AddrPort{}, `instance web1 on node n1: service address "web.example" is not an IP address`},
-		{"node host name", entry("", "node.example", 80), netip.AddrPort{}, `instance web1 on node n1: node address "node.example" is not an IP address`},
-		{"port out of range", entry("10.0.0.1", "", 70000), netip.AddrPort{}, "instance web1 on node n1: port 70000 out of range"},
+		{"host name", entry("web.example", "192.0.2.1", 80), netip.AddrPort{}, `instance "web1" on node "n1": service address "web.example" is not an IP address`},
+		{"a long host name is cut", entry(strings.Repeat("a", 300), "192.0.2.1", 80), netip.AddrPort{}, `instance "web1" on node "n1": service address "` + strings.Repeat("a", 80) + `"…(300 bytes) is not an IP address`},
+		{"node host name", entry("", "node.example", 80), netip.AddrPort{}, `instance "web1" on node "n1": node address "node.example" is not an IP address`},
+		{"port out of range", entry("10.0.0.1", "", 70000), netip.AddrPort{}, `instance "web1" on node "n1": port 70000 out of range`},
 		{"no node", &api.ServiceEntry{Service: &api.AgentService{}}, netip.AddrPort{}, "incomplete entry in Consul's answer"},
 	}
 	for _, tt := range tests {

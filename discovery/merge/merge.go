@@ -9,7 +9,6 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
-	"maps"
 	"net/netip"
 	"slices"
 	"strconv"
@@ -57,37 +56,68 @@ func query(c *config.ConsulService) consul.Query {
 	return consul.Query{Service: c.Service, Tags: c.Tags, Datacenter: c.Datacenter}
 }
 
-// Merge computes the discovered input from cfg and Consul's snapshot.
-func Merge(cfg *config.Config, snap consul.Snapshot) Result {
+// Input is what Compute merges.
+type Input struct {
+	Config   *config.Config
+	Snapshot consul.Snapshot
+	// HostAddrs are every address of the box, on every interface but
+	// lbd's dummy one (hostaddrs.List, kept current by hostaddrs.Follow):
+	// no real server from Consul may have one, or a registration could
+	// point a VIP at the director's own sockets (its sshd), which lbd's
+	// INPUT rule accepts ahead of the host firewall. Merge again when they
+	// change. Nil refuses none of them: only for callers that never
+	// program the kernel.
+	HostAddrs []netip.Addr
+}
+
+// Compute computes the discovered input. Every real server from Consul is
+// checked against a forbidden set (the box's addresses, every VIP,
+// loopback, link-local, multicast, broadcast and unspecified addresses,
+// in IPv4-mapped form too) and, when set, [consul.virtual_services]
+// real_server_networks; what is refused, capped or cannot be decoded is a
+// Problem, and the rest stands.
+func Compute(in Input) Result {
+	cfg := in.Config
 	r := Result{Reals: map[string][]config.RealServer{}}
+	g := newGuard(cfg, in.HostAddrs)
+	var defined []definedService
+	if cfg.Consul.VirtualServices.Tag != "" {
+		// First, so that their VIPs are forbidden to every real server.
+		defined = r.virtualServices(cfg, in.Snapshot.Tagged, g)
+	}
 	for i := range cfg.Services {
 		s := &cfg.Services[i]
 		if s.Consul == nil {
 			continue
 		}
-		insts, ok := snap.Services[query(s.Consul).Key()]
+		insts, ok := in.Snapshot.Services[query(s.Consul).Key()]
 		if !ok {
 			continue
 		}
-		if reals := r.reals(s, insts); len(reals) > 0 {
-			r.Reals[s.Name] = reals
-		}
+		r.safely(serviceSubject(s.Consul.Service), func() {
+			if reals := r.reals(s, insts, g); len(reals) > 0 {
+				r.Reals[s.Name] = reals
+			}
+		})
 	}
-	if cfg.Consul.VirtualServices.Tag != "" {
-		r.virtualServices(cfg, snap.Tagged)
+	for _, d := range defined {
+		if r.safely(serviceSubject(d.s.Name), func() { d.s.RealServers = r.reals(&d.s, d.insts, g) }) {
+			r.Services = append(r.Services, d.s)
+		}
 	}
 	slices.SortFunc(r.Problems, func(a, b Problem) int {
 		return cmp.Or(strings.Compare(a.Subject, b.Subject), strings.Compare(a.Msg, b.Msg))
 	})
+	r.Problems = slices.Compact(r.Problems)
 	return r
 }
 
 func (r *Result) problem(subject, format string, args ...any) {
-	r.Problems = append(r.Problems, Problem{Subject: subject, Msg: fmt.Sprintf(format, args...)})
+	r.Problems = append(r.Problems, Problem{Subject: subject, Msg: clip(fmt.Sprintf(format, args...), maxMsg)})
 }
 
 // reals converts the instances of s's Consul service into real servers.
-func (r *Result) reals(s *config.Service, insts []consul.Instance) []config.RealServer {
+func (r *Result) reals(s *config.Service, insts []consul.Instance, g *guard) []config.RealServer {
 	c := s.Consul
 	// One check for all the instances, shared: see config.RealServer.
 	check := &config.HealthCheck{Type: config.CheckNone}
@@ -98,51 +128,75 @@ func (r *Result) reals(s *config.Service, insts []consul.Instance) []config.Real
 	for _, rs := range s.RealServers {
 		static[rs.AddrPort()] = true
 	}
+	if len(insts) > maxInstances {
+		// The oldest registrations keep their place, whatever the order.
+		insts = slices.Clone(insts)
+		slices.SortStableFunc(insts, func(a, b consul.Instance) int {
+			return cmp.Or(cmp.Compare(a.CreateIndex, b.CreateIndex), strings.Compare(a.Node, b.Node), strings.Compare(a.ID, b.ID))
+		})
+	}
 	var out []config.RealServer
 	seen := map[netip.AddrPort]bool{}
 	for _, in := range insts {
-		subject := fmt.Sprintf("consul service %q instance %s on node %s", c.Service, in.ID, in.Node)
-		a := in.Address.Unmap()
-		port := in.Port
-		if c.Port != 0 {
-			port = c.Port
-		}
-		switch {
-		case !a.IsValid() || !a.IsGlobalUnicast() || a.IsLinkLocalUnicast():
-			r.problem(subject, "address %s is not a routable unicast address; IPVS NAT cannot forward to it", in.Address)
-			continue
-		case port == 0:
-			r.problem(subject, "registered without a port and [service.consul] of %q sets none; expected a port in the registration or port = N", s.Name)
-			continue
-		case familyOf(a) != s.Family():
-			r.problem(subject, "%s is IPv%d but service %q is IPv%d; IPVS NAT cannot mix families", a, familyOf(a), s.Name, s.Family())
-			continue
-		case slices.Contains(s.VIPs, a):
-			r.problem(subject, "%s is a VIP of service %q; a real server cannot be its own VIP", a, s.Name)
+		rs, ok := r.real(s, in, g)
+		if !ok {
 			continue
 		}
-		ap := netip.AddrPortFrom(a, port)
+		ap := rs.AddrPort()
 		if static[ap] || seen[ap] {
 			continue // the file's real server (or the first instance) stands
 		}
-		seen[ap] = true
-		weight := c.DefaultWeight
-		if v, ok := in.Meta[c.WeightMeta]; ok {
-			w, err := strconv.Atoi(strings.TrimSpace(v))
-			if err != nil || w < 0 || w > 65535 {
-				r.problem(subject, "meta %s = %q is not a weight; expected an integer 0..65535 (using the default weight %d)", c.WeightMeta, v, c.DefaultWeight)
-			} else {
-				weight = w
-			}
+		if len(out) == maxInstances {
+			r.problem(serviceSubject(c.Service), "more than %d usable instances; the %d oldest registrations serve, the newer ones are refused", maxInstances, maxInstances)
+			break
 		}
-		out = append(out, config.RealServer{
-			Address: a, Port: port, Weight: weight, HealthCheck: check,
-			Down: down(in.Status, c.PassingOnly),
-			Pos:  config.Pos{File: fmt.Sprintf("consul %s/%s", in.Node, in.ID)},
-		})
+		seen[ap] = true
+		rs.HealthCheck = check
+		out = append(out, rs)
 	}
 	slices.SortFunc(out, func(a, b config.RealServer) int { return a.AddrPort().Compare(b.AddrPort()) })
 	return out
+}
+
+// real converts one instance of s's Consul service, or reports why not.
+func (r *Result) real(s *config.Service, in consul.Instance, g *guard) (config.RealServer, bool) {
+	c := s.Consul
+	subject := instanceSubject(c.Service, in)
+	a := canon(in.Address)
+	port := in.Port
+	if c.Port != 0 {
+		port = c.Port
+	}
+	if why := g.check(a); why != allowed {
+		r.problem(subject, "%s", g.why(why, a))
+		return config.RealServer{}, false
+	}
+	switch {
+	case port == 0:
+		r.problem(subject, "registered without a port and [service.consul] of %s sets none; expected a port in the registration or port = N", consul.Quote(s.Name))
+		return config.RealServer{}, false
+	case familyOf(a) != s.Family():
+		r.problem(subject, "%s is IPv%d but service %s is IPv%d; IPVS NAT cannot mix families", a, familyOf(a), consul.Quote(s.Name), s.Family())
+		return config.RealServer{}, false
+	}
+	weight := c.DefaultWeight
+	if v, ok := in.Meta[c.WeightMeta]; ok {
+		w, err := strconv.Atoi(strings.TrimSpace(v))
+		switch {
+		case err != nil && !errors.Is(err, strconv.ErrRange):
+			r.problem(subject, "meta %s = %s is not a weight; expected an integer 0..%d (using the default weight %d)", c.WeightMeta, consul.Quote(v), maxWeight, c.DefaultWeight)
+		case err != nil || w < 0 || w > maxWeight:
+			r.problem(subject, "meta %s = %s is out of range; expected a weight 0..%d, and the instance is refused rather than given another weight", c.WeightMeta, consul.Quote(v), maxWeight)
+			return config.RealServer{}, false
+		default:
+			weight = w
+		}
+	}
+	return config.RealServer{
+		Address: a, Port: port, Weight: weight,
+		Down: down(in.Status, c.PassingOnly),
+		Pos:  config.Pos{File: clip(fmt.Sprintf("consul %s/%s", in.Node, in.ID), 2*consul.MaxQuoted)},
+	}, true
 }
 
 // down says whether Consul's health takes the instance out: anything but
@@ -159,103 +213,4 @@ func familyOf(a netip.Addr) int {
 		return 4
 	}
 	return 6
-}
-
-// virtualServices adds the services that tagged Consul services define.
-// The oldest registration wins a VIP:port claimed twice; files always win.
-func (r *Result) virtualServices(cfg *config.Config, tagged map[string][]consul.Instance) {
-	tag := cfg.Consul.VirtualServices.Tag
-	type claim struct{ owner, where string }
-	claims := map[string]claim{}
-	names := map[string]bool{}
-	for i := range cfg.Services {
-		s := &cfg.Services[i]
-		names[s.Name] = true
-		for _, k := range claimKeys(s) {
-			claims[k] = claim{fmt.Sprintf("service %q", s.Name), s.Pos.String()}
-		}
-	}
-	type candidate struct {
-		name  string
-		insts []consul.Instance
-		first uint64
-	}
-	var cands []candidate
-	for _, name := range slices.Sorted(maps.Keys(tagged)) {
-		// Only the instances carrying the tag define and serve the service.
-		insts := slices.DeleteFunc(slices.Clone(tagged[name]), func(in consul.Instance) bool { return !slices.Contains(in.Tags, tag) })
-		if len(insts) == 0 {
-			continue
-		}
-		slices.SortFunc(insts, func(a, b consul.Instance) int {
-			return cmp.Or(cmp.Compare(a.CreateIndex, b.CreateIndex), strings.Compare(a.ID, b.ID))
-		})
-		cands = append(cands, candidate{name, insts, insts[0].CreateIndex})
-	}
-	slices.SortStableFunc(cands, func(a, b candidate) int { return cmp.Compare(a.first, b.first) })
-
-	for _, c := range cands {
-		subject := fmt.Sprintf("consul service %q", c.name)
-		def := c.insts[0]
-		for _, in := range c.insts[1:] {
-			if !sameDefinition(def.Meta, in.Meta) {
-				r.problem(subject, "instance %s on node %s defines the virtual service differently from the oldest registration (%s on node %s), whose lbd-* meta is used", in.ID, in.Node, def.ID, def.Node)
-			}
-		}
-		if names[c.name] {
-			r.problem(subject, "a file service is already named %q; the file wins", c.name)
-			continue
-		}
-		s, err := config.ServiceFromConsul(cfg, c.name, def.Meta)
-		if err != nil {
-			var list config.ErrorList
-			if errors.As(err, &list) {
-				for _, e := range list {
-					r.problem(subject, "%s", strings.TrimPrefix(e.Error(), subject+": "))
-				}
-			} else {
-				r.problem(subject, "%v", err)
-			}
-			continue
-		}
-		conflict := false
-		for _, k := range claimKeys(&s) {
-			if cl, taken := claims[k]; taken {
-				r.problem(subject, "%s is already claimed by %s (%s); it keeps it", k, cl.owner, cl.where)
-				conflict = true
-			}
-		}
-		if conflict {
-			continue
-		}
-		for _, k := range claimKeys(&s) {
-			claims[k] = claim{subject, fmt.Sprintf("registered by %s on node %s", def.ID, def.Node)}
-		}
-		names[c.name] = true
-		s.RealServers = r.reals(&s, c.insts)
-		r.Services = append(r.Services, s)
-	}
-}
-
-func claimKeys(s *config.Service) []string {
-	out := make([]string, 0, len(s.VIPs))
-	for _, v := range s.VIPs {
-		out = append(out, fmt.Sprintf("%s/%s", netip.AddrPortFrom(v, s.Port), s.Protocol))
-	}
-	return out
-}
-
-// sameDefinition compares the lbd-* meta that defines a virtual service
-// (the weight is per instance).
-func sameDefinition(a, b map[string]string) bool {
-	def := func(m map[string]string) map[string]string {
-		out := map[string]string{}
-		for k, v := range m {
-			if strings.HasPrefix(k, "lbd-") && k != config.ConsulWeightMeta {
-				out[k] = v
-			}
-		}
-		return out
-	}
-	return maps.Equal(def(a), def(b))
 }

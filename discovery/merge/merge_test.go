@@ -12,7 +12,7 @@ import (
 	"github.com/lbdproject/lbd/discovery/consul"
 )
 
-func load(t *testing.T, text string) *config.Config {
+func load(t testing.TB, text string) *config.Config {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "lbd.toml")
 	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
@@ -22,13 +22,13 @@ func load(t *testing.T, text string) *config.Config {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Set here rather than in the file, so that these tests do not depend
+	// on which keys the section requires.
+	cfg.Consul.VirtualServices = config.ConsulVirtualServices{Tag: "lbd", VIPPools: []netip.Prefix{netip.MustParsePrefix("198.51.100.0/24")}}
 	return cfg
 }
 
 const base = `
-[consul.virtual_services]
-tag = "lbd"
-vip_pools = ["198.51.100.0/24"]
 
 [[service]]
 name = "web"
@@ -110,15 +110,15 @@ func TestRealServersFromConsul(t *testing.T) {
 			inst("vip", "192.0.2.10", 80, consul.Passing, 3, nil),
 			inst("w", "10.0.0.5", 80, consul.Passing, 4, map[string]string{"lbd-weight": "heavy"}),
 		}}, map[string]string{"web": "10.0.0.5:8080 w=1 down=false check=none"},
-			`consul service "web-app" instance lo on node n-lo: address 127.0.0.1 is not a routable unicast address; IPVS NAT cannot forward to it
-consul service "web-app" instance v6 on node n-v6: 2001:db8::1 is IPv6 but service "web" is IPv4; IPVS NAT cannot mix families
-consul service "web-app" instance vip on node n-vip: 192.0.2.10 is a VIP of service "web"; a real server cannot be its own VIP
-consul service "web-app" instance w on node n-w: meta lbd-weight = "heavy" is not a weight; expected an integer 0..65535 (using the default weight 1)`},
+			`consul service "web-app" instance "lo" on node "n-lo": address 127.0.0.1 is not a routable unicast address (loopback, link-local, multicast, broadcast, unspecified and 0.0.0.0/8 are refused); IPVS NAT cannot forward to it
+consul service "web-app" instance "v6" on node "n-v6": 2001:db8::1 is IPv6 but service "web" is IPv4; IPVS NAT cannot mix families
+consul service "web-app" instance "vip" on node "n-vip": address 192.0.2.10 is a VIP of service "web"; a real server from Consul may not be a VIP
+consul service "web-app" instance "w" on node "n-w": meta lbd-weight = "heavy" is not a weight; expected an integer 0..256 (using the default weight 1)`},
 		{"an empty answer is an answer", map[string][]consul.Instance{web: {}}, map[string]string{}, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			r := Merge(cfg, consul.Snapshot{Services: tt.services})
+			r := Compute(Input{Config: cfg, Snapshot: consul.Snapshot{Services: tt.services}})
 			if len(r.Reals) != len(tt.want) {
 				t.Errorf("reals for %d services, want %d: %v", len(r.Reals), len(tt.want), r.Reals)
 			}
@@ -151,27 +151,26 @@ func TestVirtualServicesFromConsul(t *testing.T) {
 			inst("a3", "10.0.2.3", 8443, consul.Passing, 12, meta("198.51.100.1", "443")), // no tag: not part of it
 		}}, "api 198.51.100.1:443 [10.0.2.1:8443 w=1 down=false check=none; 10.0.2.2:8443 w=1 down=true check=none]", ""},
 		{"a bad one does not affect the others", map[string][]consul.Instance{
-			"bad":  {inst("b1", "10.0.3.1", 80, consul.Passing, 1, map[string]string{"lbd-vip": "203.0.113.1", "lbd-port": "80", "lbd-protocl": "udp"}, "lbd")},
+			"bad":  {inst("b1", "10.0.3.1", 80, consul.Passing, 1, map[string]string{"lbd-vip": "203.0.113.1", "lbd-port": "80"}, "lbd")},
 			"good": {inst("g1", "10.0.4.1", 80, consul.Passing, 2, meta("198.51.100.2", "80"), "lbd")},
 		}, "good 198.51.100.2:80 [10.0.4.1:80 w=1 down=false check=none]",
-			`consul service "bad": meta lbd-protocl: unknown lbd meta key (did you mean "lbd-protocol"?); accepted: ` + strings.Join(config.ConsulMetaKeys(), ", ") + `
-consul service "bad": meta lbd-vip: 203.0.113.1 (VIP 1) is outside the VIP pools Consul may claim from (198.51.100.0/24); expected an address in [consul.virtual_services] vip_pools of ` + cfg.Files[0]},
+			`consul service "bad": meta lbd-vip: 203.0.113.1 (VIP 1) is outside the VIP pools Consul may claim from (198.51.100.0/24); expected an address in [consul.virtual_services] vip_pools of ` + cfg.Files[0]},
 		{"file wins a name", map[string][]consul.Instance{"web": {inst("w1", "10.0.5.1", 80, consul.Passing, 1, meta("198.51.100.3", "80"), "lbd")}},
 			"", `consul service "web": a file service is already named "web"; the file wins`},
 		{"the oldest registration keeps a VIP:port", map[string][]consul.Instance{
 			"new": {inst("n1", "10.0.6.1", 80, consul.Passing, 20, meta("198.51.100.4", "80"), "lbd")},
 			"old": {inst("o1", "10.0.7.1", 80, consul.Passing, 5, meta("198.51.100.4", "80"), "lbd")},
 		}, "old 198.51.100.4:80 [10.0.7.1:80 w=1 down=false check=none]",
-			`consul service "new": 198.51.100.4:80/tcp is already claimed by consul service "old" (registered by o1 on node n-o1); it keeps it`},
+			`consul service "new": 198.51.100.4:80/tcp is already claimed by consul service "old" (registered by "o1" on node "n-o1"); it keeps it`},
 		{"instances that disagree: the oldest defines", map[string][]consul.Instance{"api": {
 			inst("y", "10.0.8.2", 80, consul.Passing, 31, meta("198.51.100.6", "80"), "lbd"),
 			inst("x", "10.0.8.1", 80, consul.Passing, 30, meta("198.51.100.5", "80"), "lbd"),
 		}}, "api 198.51.100.5:80 [10.0.8.1:80 w=1 down=false check=none; 10.0.8.2:80 w=1 down=false check=none]",
-			`consul service "api": instance y on node n-y defines the virtual service differently from the oldest registration (x on node n-x), whose lbd-* meta is used`},
+			`consul service "api": instance "y" on node "n-y" defines the virtual service differently from the oldest registration ("x" on node "n-x"), whose lbd-* meta is used`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			r := Merge(cfg, consul.Snapshot{Tagged: tt.tagged})
+			r := Compute(Input{Config: cfg, Snapshot: consul.Snapshot{Tagged: tt.tagged}})
 			var got []string
 			for _, s := range r.Services {
 				got = append(got, fmt.Sprintf("%s %s [%s]", s.Name, netip.AddrPortFrom(s.VIPs[0], s.Port), reals(s.RealServers)))
@@ -188,8 +187,8 @@ consul service "bad": meta lbd-vip: 203.0.113.1 (VIP 1) is outside the VIP pools
 
 func TestFileClaimWinsOverConsul(t *testing.T) {
 	cfg := load(t, strings.Replace(base, `vips = ["192.0.2.10"]`, `vips = ["198.51.100.9"]`, 1))
-	r := Merge(cfg, consul.Snapshot{Tagged: map[string][]consul.Instance{"api": {
-		inst("a", "10.0.9.1", 80, consul.Passing, 1, map[string]string{"lbd-vip": "198.51.100.9", "lbd-port": "80"}, "lbd")}}})
+	r := Compute(Input{Config: cfg, Snapshot: consul.Snapshot{Tagged: map[string][]consul.Instance{"api": {
+		inst("a", "10.0.9.1", 80, consul.Passing, 1, map[string]string{"lbd-vip": "198.51.100.9", "lbd-port": "80"}, "lbd")}}}})
 	want := `consul service "api": 198.51.100.9:80/tcp is already claimed by service "web" (` + cfg.Services[0].Pos.String() + `); it keeps it`
 	if len(r.Services) != 0 || problems(r.Problems) != want {
 		t.Errorf("services %v, problems:\n%s\nwant:\n%s", r.Services, problems(r.Problems), want)
