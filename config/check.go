@@ -42,8 +42,8 @@ var (
 func defaultCheck(p lvs.Protocol) HealthCheck {
 	c := HealthCheck{
 		Type:           CheckTCP,
-		Interval:       2 * time.Second,
-		Timeout:        time.Second,
+		Interval:       defaultInterval,
+		Timeout:        defaultTimeout,
 		Rise:           2,
 		Fall:           3,
 		InitialHealthy: true,
@@ -60,9 +60,21 @@ func defaultCheck(p lvs.Protocol) HealthCheck {
 	return c
 }
 
+// Default timings of a check; an unwritten one follows the other (see
+// timings).
+const (
+	defaultInterval = 2 * time.Second
+	defaultTimeout  = time.Second
+)
+
+// written says which timings of a check the admin wrote: in its own table,
+// or in the service's check that a real server's table overrides.
+type written struct{ interval, timeout bool }
+
 // decodeCheck decodes a [health_check] table over base: a service's check
-// over the defaults, or a real server's overrides over its service's check.
-func decodeCheck(n *node, base HealthCheck) HealthCheck {
+// over the defaults, or a real server's overrides over its service's check
+// (whose written timings are inherited). It also returns what it wrote.
+func decodeCheck(n *node, base HealthCheck, inherited written) (HealthCheck, written) {
 	c := base
 	c.Pos = n.pos("")
 	var typ string
@@ -108,6 +120,7 @@ func decodeCheck(n *node, base HealthCheck) HealthCheck {
 	if n.strings("command", &c.Command) && (len(c.Command) == 0 || !filepath.IsAbs(c.Command[0])) {
 		n.errorf("command", "expected an array whose first element is an absolute path to the program, such as [\"/usr/local/lib/lbd/check-app\", \"--fast\"] (no shell is involved)")
 	}
+	n.keepPos("command")
 	n.str("user", &c.User)
 
 	for key, types := range checkKeys {
@@ -115,19 +128,34 @@ func decodeCheck(n *node, base HealthCheck) HealthCheck {
 			n.errorf(key, "applies only to %s checks, and this check is type = %q", joinTypes(types), c.Type)
 		}
 	}
-	if c.Type != CheckNone && c.Timeout >= c.Interval {
-		key := "timeout"
-		if !n.has(key) {
-			key = "interval"
-		}
-		n.errorf(key, "timeout (%s) is not shorter than interval (%s); expected timeout < interval", c.Timeout, c.Interval)
-	}
+	w := written{inherited.interval || n.has("interval"), inherited.timeout || n.has("timeout")}
+	timings(n, &c, w)
 	required := map[CheckType]string{CheckUDP: "payload", CheckDNS: "query_name", CheckExec: "command"}
 	if key, ok := required[c.Type]; ok && !n.has(key) && !checkHas(base, key) {
 		n.errorf("", "a %s check needs %s; expected %s = ...", c.Type, key, key)
 	}
 	n.finish()
-	return c
+	return c, w
+}
+
+// timings makes an unwritten timing follow the written one, and checks
+// that a probe fits in its interval. A probe may take the whole interval
+// (keepalived's connect_timeout may equal delay_loop): one still running
+// when the next is due makes that one skip its turn.
+func timings(n *node, c *HealthCheck, w written) {
+	switch {
+	case w.interval && !w.timeout:
+		c.Timeout = min(defaultTimeout, c.Interval)
+	case w.timeout && !w.interval:
+		c.Interval = max(defaultInterval, c.Timeout)
+	}
+	if c.Type != CheckNone && c.Timeout > c.Interval {
+		key := "timeout"
+		if !n.has(key) {
+			key = "interval"
+		}
+		n.errorf(key, "timeout (%s) is longer than interval (%s); expected timeout <= interval", c.Timeout, c.Interval)
+	}
 }
 
 // checkHas reports whether base (a service's check) already sets key, so a

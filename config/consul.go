@@ -3,12 +3,79 @@ package config
 import (
 	"fmt"
 	"net/netip"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/lbdproject/lbd/config/internal/tree"
 )
+
+// decodeConsul decodes the [consul] table.
+func decodeConsul(t *node, c *Consul) {
+	c.Enabled = true
+	if t.str("address", &c.Address) {
+		t.hostPort("address", c.Address)
+	}
+	var scheme string
+	if t.oneOf("scheme", &scheme, "http", "https") {
+		c.Scheme = scheme
+	}
+	t.str("datacenter", &c.Datacenter)
+	if t.str("token_file", &c.TokenFile) && !filepath.IsAbs(c.TokenFile) {
+		t.errorf("token_file", "%q is not an absolute path; expected one such as \"/etc/lbd/consul.token\"", c.TokenFile)
+	}
+	t.keepPos("token_file")
+	if tls := t.table("tls"); tls != nil {
+		for _, k := range []string{"ca_file", "cert_file", "key_file"} {
+			tls.keepPos(k)
+		}
+		for _, f := range []struct {
+			key string
+			dst *string
+		}{{"ca_file", &c.TLS.CAFile}, {"cert_file", &c.TLS.CertFile}, {"key_file", &c.TLS.KeyFile}} {
+			if tls.str(f.key, f.dst) && !filepath.IsAbs(*f.dst) {
+				tls.errorf(f.key, "%q is not an absolute path; expected one such as \"/etc/lbd/consul-ca.pem\"", *f.dst)
+			}
+		}
+		tls.str("server_name", &c.TLS.ServerName)
+		tls.boolean("insecure_skip_verify", &c.TLS.InsecureSkipVerify)
+		if (c.TLS.CertFile == "") != (c.TLS.KeyFile == "") {
+			key := "cert_file"
+			if c.TLS.CertFile == "" {
+				key = "key_file"
+			}
+			tls.errorf(key, "a client certificate needs both cert_file and key_file; expected both or neither")
+		}
+		tls.finish()
+	}
+	if vs := t.table("virtual_services"); vs != nil {
+		v := &c.VirtualServices
+		if vs.str("tag", &v.Tag) && v.Tag == "" {
+			vs.errorf("tag", "is empty; expected the Consul tag that marks services defining a virtual service, such as \"lbd\"")
+		}
+		v.VIPPools = vs.prefixes("vip_pools")
+		v.RealServerNetworks = vs.prefixes("real_server_networks")
+		// Each missing key is reported: one never hides another.
+		if !vs.has("tag") {
+			vs.errorf("", "names no tag; expected tag = \"lbd\" (or similar): Consul services with it define virtual services")
+		}
+		required := []struct{ key, example, what string }{
+			{"vip_pools", "198.51.100.0/24", "the only networks Consul-defined VIPs may come from"},
+			{"real_server_networks", "10.0.0.0/8", "the only networks real servers of Consul-defined virtual services may live in"},
+		}
+		for _, r := range required {
+			switch {
+			case !vs.has(r.key) && (r.key == "vip_pools" || vs.has("tag")):
+				vs.errorf("", "has no %s; expected %s = [\"%s\"] (or similar): %s", r.key, r.key, r.example, r.what)
+			case vs.has(r.key) && isEmptyArray(vs, r.key):
+				vs.errorf(r.key, "is empty; expected at least one CIDR such as \"%s\": %s", r.example, r.what)
+			}
+		}
+		vs.finish()
+	}
+	t.finish()
+}
 
 // consulMeta maps the service meta keys of a Consul-defined virtual
 // service to the [[service]] keys they stand for, so that a registration
@@ -51,9 +118,9 @@ func ConsulMetaKeys() []string {
 // an ErrorList located at "consul service NAME" with the meta key at fault.
 // Its real servers are the Consul service's own instances (s.Consul).
 func ServiceFromConsul(cfg *Config, name string, meta map[string]string) (Service, error) {
-	var errs ErrorList
-	where := fmt.Sprintf("consul service %q", name)
-	src := &source{name: where, errs: &errs}
+	sink := &errorSink{}
+	where := fmt.Sprintf("consul service %q", echo(name))
+	src := &source{name: where, errs: sink}
 	m := map[string]any{"name": name, "consul": map[string]any{"service": name}}
 	known := ConsulMetaKeys()
 	for k := range meta {
@@ -65,7 +132,7 @@ func ServiceFromConsul(cfg *Config, name string, meta map[string]string) (Servic
 			if s := suggest(k, known); s != "" {
 				msg += fmt.Sprintf(" (did you mean %q?)", s)
 			}
-			errs = append(errs, &Error{Pos: Pos{File: where}, Key: "meta " + k, Msg: msg + "; accepted: " + strings.Join(known, ", ")})
+			sink.add(newError(Pos{File: where}, "meta "+k, "%s; accepted: %s", whole(msg), whole(strings.Join(known, ", "))))
 		}
 	}
 	for _, mk := range consulMeta {
@@ -75,29 +142,29 @@ func ServiceFromConsul(cfg *Config, name string, meta map[string]string) (Servic
 		}
 		m[mk.key] = metaValue(v, mk.kind)
 	}
-	if _, ok := meta["lbd-vip"]; !ok { // checked here to name the meta key
-		errs = append(errs, &Error{Pos: Pos{File: where}, Key: "meta lbd-vip", Msg: "missing; expected the VIP(s) of the virtual service, such as lbd-vip = \"198.51.100.10\" (comma-separated for several)"})
-	}
-	if _, ok := meta["lbd-port"]; !ok {
-		errs = append(errs, &Error{Pos: Pos{File: where}, Key: "meta lbd-port", Msg: "missing; expected the virtual service's port, such as lbd-port = \"80\""})
-	}
-	n := len(errs)
-	s := Service{}
 	_, hasVIP := meta["lbd-vip"]
 	_, hasPort := meta["lbd-port"]
+	if !hasVIP { // checked here to name the meta key
+		sink.add(&Error{Pos: Pos{File: where}, Key: "meta lbd-vip", Msg: "missing; expected the VIP(s) of the virtual service, such as lbd-vip = \"198.51.100.10\" (comma-separated for several)"})
+	}
+	if !hasPort {
+		sink.add(&Error{Pos: Pos{File: where}, Key: "meta lbd-port", Msg: "missing; expected the virtual service's port, such as lbd-port = \"80\""})
+	}
+	n := len(sink.list)
+	s := Service{}
 	if hasVIP && hasPort { // else the decoder would repeat what is missing
 		s = decodeService(newNode(src, "", tree.FromMap(m)))
-		for _, e := range errs[n:] {
+		for _, e := range sink.list[n:] {
 			e.Key = metaKeyOf(e.Key)
 		}
 	}
+	pools := cfg.Consul.VirtualServices.VIPPools
 	for i, vip := range s.VIPs {
-		if !slices.ContainsFunc(cfg.Consul.VirtualServices.VIPPools, func(p netip.Prefix) bool { return p.Contains(vip) }) {
-			errs = append(errs, &Error{Pos: Pos{File: where}, Key: "meta lbd-vip", Msg: fmt.Sprintf("%s (VIP %d) is outside the VIP pools Consul may claim from (%s); expected an address in [consul.virtual_services] vip_pools of %s", vip, i+1, prefixList(cfg.Consul.VirtualServices.VIPPools), mainFile(cfg))})
+		if !slices.ContainsFunc(pools, func(p netip.Prefix) bool { return p.Contains(vip) }) {
+			sink.add(newError(Pos{File: where}, "meta lbd-vip", "%s (VIP %d) is outside the VIP pools Consul may claim from (%s); expected an address in [consul.virtual_services] vip_pools of %s", vip, i+1, whole(prefixList(pools)), whole(mainFile(cfg))))
 		}
 	}
-	if len(errs) > 0 {
-		errs.sort()
+	if errs := sink.result(where); errs != nil {
 		return Service{}, errs
 	}
 	s.Pos = Pos{File: where}

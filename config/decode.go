@@ -12,6 +12,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/lbdproject/lbd/config/internal/tree"
 	"github.com/lbdproject/lbd/lvs"
 )
 
@@ -88,10 +89,11 @@ func decodeGlobals(n *node, c *Config) {
 		d.LocalNetworks = t.prefixes("local_networks")
 		d.RealServerNetworks = t.prefixes("real_server_networks")
 		t.boolean("strict_arp", &d.StrictARP)
-		d.NodeCIDRs = t.prefixes("node_cidrs")
+		var keys []string
+		d.NodeCIDRs, keys = t.prefixesAt("node_cidrs")
 		for i, p := range d.NodeCIDRs {
 			if a := p.Addr(); a.IsLoopback() || a.IsLinkLocalUnicast() || a.IsMulticast() {
-				t.errorf(fmt.Sprintf("node_cidrs[%d]", i), "%s never holds node addresses (loopback, link-local and multicast are excluded); expected the networks of the box's own addresses", p)
+				t.errorf(keys[i], "%s never holds node addresses (loopback, link-local and multicast are excluded); expected the networks of the box's own addresses", p)
 			}
 		}
 		var r string
@@ -124,51 +126,6 @@ func decodeGlobals(n *node, c *Config) {
 	if t := n.table("consul"); t != nil {
 		decodeConsul(t, &c.Consul)
 	}
-}
-
-func decodeConsul(t *node, c *Consul) {
-	c.Enabled = true
-	if t.str("address", &c.Address) {
-		t.hostPort("address", c.Address)
-	}
-	var scheme string
-	if t.oneOf("scheme", &scheme, "http", "https") {
-		c.Scheme = scheme
-	}
-	t.str("datacenter", &c.Datacenter)
-	if t.str("token_file", &c.TokenFile) && !filepath.IsAbs(c.TokenFile) {
-		t.errorf("token_file", "%q is not an absolute path; expected one such as \"/etc/lbd/consul.token\"", c.TokenFile)
-	}
-	if tls := t.table("tls"); tls != nil {
-		tls.str("ca_file", &c.TLS.CAFile)
-		tls.str("cert_file", &c.TLS.CertFile)
-		tls.str("key_file", &c.TLS.KeyFile)
-		tls.str("server_name", &c.TLS.ServerName)
-		tls.boolean("insecure_skip_verify", &c.TLS.InsecureSkipVerify)
-		if (c.TLS.CertFile == "") != (c.TLS.KeyFile == "") {
-			key := "cert_file"
-			if c.TLS.CertFile == "" {
-				key = "key_file"
-			}
-			tls.errorf(key, "a client certificate needs both cert_file and key_file; expected both or neither")
-		}
-		tls.finish()
-	}
-	if vs := t.table("virtual_services"); vs != nil {
-		v := &c.VirtualServices
-		if vs.str("tag", &v.Tag) && v.Tag == "" {
-			vs.errorf("tag", "is empty; expected the Consul tag that marks services defining a virtual service, such as \"lbd\"")
-		}
-		v.VIPPools = vs.prefixes("vip_pools")
-		switch {
-		case v.Tag == "" && !vs.has("tag"):
-			vs.errorf("", "names no tag; expected tag = \"lbd\" (or similar): Consul services with it define virtual services")
-		case len(v.VIPPools) == 0 && !vs.has("vip_pools"):
-			vs.errorf("", "has no vip_pools; expected vip_pools = [\"198.51.100.0/24\"] (or similar): the only networks Consul-defined VIPs may come from")
-		}
-		vs.finish()
-	}
-	t.finish()
 }
 
 func (n *node) hostPort(key, s string) {
@@ -231,19 +188,20 @@ func decodeService(n *node) Service {
 	}
 	decodeServiceName(n, &s)
 	decodeProtocol(n, &s)
-	decodeVIPsAndPorts(n, &s)
+	vipKeys := decodeVIPsAndPorts(n, &s)
 	decodeScheduling(n, &s)
 	var v string
 	if n.oneOf("snat", &v, string(SNATAuto), string(SNATAlways), string(SNATNever)) {
 		s.SNAT = SNATMode(v)
 	}
-	decodeAnnounce(n, &s)
-	decodeHealth(n, &s)
-	decodeRealServers(n, &s)
+	n.boolean("adopt", &s.Adopt)
+	decodeAnnounce(n, &s, vipKeys)
+	w := decodeHealth(n, &s)
+	decodeRealServers(n, &s, w)
 	decodeSourceRanges(n, &s)
 	decodeServiceConsul(n, &s)
 	decodeQuorum(n, &s)
-	recordPositions(n, &s)
+	recordPositions(n, &s, vipKeys)
 	n.finish()
 	return s
 }
@@ -270,9 +228,12 @@ func decodeProtocol(n *node, s *Service) {
 
 // decodeVIPsAndPorts decodes where clients reach the service: its VIPs
 // and port, and/or a node port.
-func decodeVIPsAndPorts(n *node, s *Service) {
-	s.VIPs = n.addrs("vips")
-	decodeVIPs(n, s)
+//
+// It returns the key of each of s.VIPs: vips[i] is not s.VIPs[i] when an
+// element before it is refused.
+func decodeVIPsAndPorts(n *node, s *Service) (vipKeys []string) {
+	s.VIPs, vipKeys = n.addrs("vips")
+	decodeVIPs(n, s, vipKeys)
 	n.port("port", &s.Port)
 	n.port("node_port", &s.NodePort)
 	switch {
@@ -283,14 +244,16 @@ func decodeVIPsAndPorts(n *node, s *Service) {
 	case !n.has("vips") && !n.has("node_port"):
 		n.errorf("", "service %q is reachable nowhere; expected vips = [...] with port, and/or node_port", s.Name)
 	}
+	return vipKeys
 }
 
 // decodeHealth decodes the service's health check and what happens to a
 // real server that fails it.
-func decodeHealth(n *node, s *Service) {
+func decodeHealth(n *node, s *Service) written {
 	check := defaultCheck(s.Protocol)
+	var w written
 	if t := n.table("health_check"); t != nil {
-		check = decodeCheck(t, check)
+		check, w = decodeCheck(t, check, written{})
 	}
 	// One copy, shared by the real servers without overrides: a
 	// HealthCheck is large.
@@ -300,27 +263,29 @@ func decodeHealth(n *node, s *Service) {
 		s.OnUnhealthy = OnUnhealthy(v)
 	}
 	n.duration("drain_timeout", &s.DrainTimeout, 0, 24*time.Hour)
+	return w
 }
 
 // decodeRealServers decodes the service's [[service.real_server]] tables
 // (after its health check, which they inherit).
-func decodeRealServers(n *node, s *Service) {
+func decodeRealServers(n *node, s *Service, w written) {
 	if ts := n.tables("real_server"); len(ts) > 0 {
 		// Sized once: append would leave up to half of a grown slice
 		// unused.
 		s.RealServers = n.src.reals.alloc(len(ts))
 		for _, t := range ts {
-			s.RealServers = append(s.RealServers, decodeRealServer(t, s, s.HealthCheck))
+			s.RealServers = append(s.RealServers, decodeRealServer(t, s, s.HealthCheck, w))
 		}
 	}
 	checkDuplicateRealServers(n, s.RealServers)
 }
 
 func decodeSourceRanges(n *node, s *Service) {
-	s.SourceRanges = n.prefixes("source_ranges")
+	var keys []string
+	s.SourceRanges, keys = n.prefixesAt("source_ranges")
 	for i, p := range s.SourceRanges {
 		if family(p.Addr()) != s.Family() {
-			n.errorf(fmt.Sprintf("source_ranges[%d]", i), "%s is IPv%d but the service is IPv%d; expected ranges of the service's family", p, family(p.Addr()), s.Family())
+			n.errorf(keys[i], "%s is IPv%d but the service is IPv%d; expected ranges of the service's family", p, family(p.Addr()), s.Family())
 		}
 	}
 }
@@ -342,27 +307,31 @@ func decodeServiceConsul(n *node, s *Service) {
 
 // recordPositions keeps where the keys are that validate's checks across
 // services point at.
-func recordPositions(n *node, s *Service) {
+func recordPositions(n *node, s *Service, vipKeys []string) {
 	s.path = n.path
 	s.namePos = n.pos("name")
 	if s.NodePort != 0 {
 		s.nodePortPos = n.pos("node_port")
 	}
+	if s.SorryServer != nil {
+		s.sorryPos = n.pos("sorry_server")
+	}
 	if len(s.VIPs) > 0 {
 		s.vipPos = make([]Pos, len(s.VIPs))
 		for i := range s.VIPs {
-			s.vipPos[i] = n.pos("vips[" + strconv.Itoa(i) + "]")
+			s.vipPos[i] = n.pos(vipKeys[i])
 		}
+		s.vipKeys = vipKeys
 	}
 }
 
-func decodeVIPs(n *node, s *Service) {
+func decodeVIPs(n *node, s *Service, keys []string) {
 	var seen map[netip.Addr]int // for many VIPs; few are compared in place
 	if len(s.VIPs) > smallList {
 		seen = make(map[netip.Addr]int, len(s.VIPs))
 	}
 	for i, a := range s.VIPs {
-		key := "vips[" + strconv.Itoa(i) + "]"
+		key := keys[i]
 		switch {
 		case !a.IsGlobalUnicast() || a.IsLinkLocalUnicast():
 			n.errorf(key, "%s is not a unicast address a client can reach (loopback, link-local, multicast and unspecified are refused); expected a routable unicast VIP", a)
@@ -380,7 +349,7 @@ func decodeVIPs(n *node, s *Service) {
 			}
 		}
 		if dup {
-			n.errorf(key, "%s is listed twice (also vips[%d]); expected each VIP once", a, j)
+			n.errorf(key, "%s is listed twice (also %s); expected each VIP once", a, keys[j])
 		}
 	}
 }
@@ -399,7 +368,7 @@ func decodeScheduling(n *node, s *Service) {
 				if len(accepted) == 0 {
 					n.errorf(key, "scheduler %q takes no flags; expected flags only with sh (sh-fallback, sh-port) or mh (mh-fallback, mh-port)", s.Scheduler)
 				} else {
-					n.errorf(key, "%q is not a flag of scheduler %q; expected one of: %s", f, s.Scheduler, strings.Join(accepted, ", "))
+					n.errorf(key, "%q is not a flag of scheduler %q; expected one of: %s", f, s.Scheduler, whole(strings.Join(accepted, ", ")))
 				}
 			}
 		}
@@ -410,7 +379,7 @@ func decodeScheduling(n *node, s *Service) {
 	}
 }
 
-func decodeAnnounce(n *node, s *Service) {
+func decodeAnnounce(n *node, s *Service, vipKeys []string) {
 	var v string
 	if n.oneOf("announce", &v, string(AnnounceRoute), string(AnnounceARP)) {
 		s.Announce = Announce(v)
@@ -427,7 +396,7 @@ func decodeAnnounce(n *node, s *Service) {
 	if s.Announce == AnnounceARP {
 		for i, a := range s.VIPs {
 			if family(a) == 6 {
-				n.errorf(fmt.Sprintf("vips[%d]", i), "%s is IPv6, and announce = \"arp\" answers ARP for IPv4 only (NDP is not implemented); expected announce = \"route\" for IPv6 VIPs", a)
+				n.errorf(vipKeys[i], "%s is IPv6, and announce = \"arp\" answers ARP for IPv4 only (NDP is not implemented); expected announce = \"route\" for IPv6 VIPs", a)
 			}
 		}
 		if s.NodePort != 0 && len(s.VIPs) == 0 {
@@ -468,15 +437,16 @@ func (a *realServers) alloc(n int) []RealServer {
 
 // decodeRealServer decodes one of s's real servers; check is s's check,
 // which the real server points at unless it overrides some of it.
-func decodeRealServer(n *node, s *Service, check *HealthCheck) RealServer {
+func decodeRealServer(n *node, s *Service, check *HealthCheck, w written) RealServer {
 	r := RealServer{Port: s.Port, Weight: 1, HealthCheck: check, Pos: n.pos("")}
 	if !n.addr("address", &r.Address) && !n.has("address") {
 		n.errorf("", "real server has no address; expected address = \"10.0.0.11\" (or similar)")
 	}
 	if r.Address.IsValid() {
+		reason, forbidden := ForbiddenRealServer(r.Address)
 		switch {
-		case !r.Address.IsGlobalUnicast() || r.Address.IsLinkLocalUnicast():
-			n.errorf("address", "%s is not a routable unicast address (loopback, link-local, multicast and unspecified are refused: IPVS NAT cannot forward to them)", r.Address)
+		case forbidden:
+			n.errorf("address", "%s is not a routable unicast address (it is %s; loopback, link-local, multicast, broadcast, unspecified and 0.0.0.0/8 are refused: IPVS NAT cannot forward to them); expected a real server's address", r.Address, reason)
 		case s.knownFamily() != 0 && family(r.Address) != s.Family():
 			n.errorf("address", "%s is IPv%d but service %q is IPv%d; IPVS NAT cannot mix families: expected an IPv%d real server", r.Address, family(r.Address), s.Name, s.Family(), s.Family())
 		case slices.Contains(s.VIPs, r.Address):
@@ -488,7 +458,7 @@ func decodeRealServer(n *node, s *Service, check *HealthCheck) RealServer {
 	}
 	n.integer("weight", &r.Weight, 0, 65535)
 	if t := n.table("health_check"); t != nil {
-		c := decodeCheck(t, *s.HealthCheck)
+		c, _ := decodeCheck(t, *s.HealthCheck, w)
 		r.HealthCheck = &c
 	}
 	n.finish()
@@ -556,6 +526,8 @@ func decodeQuorum(n *node, s *Service) {
 			n.errorf("sorry_server", "%q is not ADDRESS:PORT; expected one such as \"10.0.0.99:8080\" or \"[2001:db8::99]:8080\"", ss)
 		case family(ap.Addr()) != s.Family():
 			n.errorf("sorry_server", "%s is IPv%d but the service is IPv%d; expected a sorry server of the service's family", ap.Addr(), family(ap.Addr()), s.Family())
+		case forbiddenSorry(ap.Addr()) != "":
+			n.errorf("sorry_server", "%s is not a routable unicast address (it is %s; IPVS NAT cannot forward to it); expected a real server's address", ap.Addr(), forbiddenSorry(ap.Addr()))
 		default:
 			ap = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
 			s.SorryServer = &ap
@@ -578,4 +550,17 @@ func decodeQuorum(n *node, s *Service) {
 	if s.Consul == nil && n.has("quorum") && s.Quorum > len(s.RealServers) {
 		n.errorf("quorum", "%d can never be met: service %q has %d real servers; expected at most %d", s.Quorum, s.Name, len(s.RealServers), len(s.RealServers))
 	}
+}
+
+// forbiddenSorry is ForbiddenRealServer's reason for a sorry server, or "".
+func forbiddenSorry(a netip.Addr) string {
+	reason, _ := ForbiddenRealServer(a)
+	return reason
+}
+
+// isEmptyArray reports whether key holds an empty array.
+func isEmptyArray(n *node, key string) bool {
+	v, _ := n.t.Get(key)
+	a, ok := v.(*tree.Array)
+	return ok && len(a.Elems) == 0
 }

@@ -3,8 +3,11 @@ package config
 import (
 	"cmp"
 	"fmt"
+	"io"
 	"slices"
+	"strconv"
 	"strings"
+	"unicode/utf8"
 )
 
 // Error is one problem in the configuration: where, which key, what is
@@ -46,16 +49,121 @@ func (l ErrorList) sort() {
 	})
 }
 
+// newError makes an Error; strings among args are outside data and are
+// echoed cut (see echo), and so is key.
+func newError(pos Pos, key, format string, args ...any) *Error {
+	return &Error{Pos: pos, Key: clip(key), Msg: fmt.Sprintf(format, echoArgs(args)...)}
+}
+
+// errorSink collects the problems of one load, up to maxErrors: each takes
+// memory, and a million of them help nobody.
+type errorSink struct {
+	list ErrorList
+	more int // problems beyond maxErrors
+}
+
+// full reports whether further problems are only counted.
+func (s *errorSink) full() bool { return len(s.list) >= maxErrors }
+
+func (s *errorSink) add(e *Error) {
+	if s.full() {
+		s.more++
+		return
+	}
+	s.list = append(s.list, e)
+}
+
+// count is the number of problems found so far.
+func (s *errorSink) count() int { return len(s.list) + s.more }
+
+// result returns the problems in file and line order, and a last one that
+// says how many were not listed; nil when there are none.
+func (s *errorSink) result(mainFile string) ErrorList {
+	if len(s.list) == 0 {
+		return nil
+	}
+	s.list.sort()
+	if s.more > 0 {
+		s.list = append(s.list, &Error{Pos: Pos{File: mainFile}, Msg: fmt.Sprintf(
+			"%d more problems not listed: lbd lists the first %d; expected a configuration with fewer problems (fix these and check again)", s.more, maxErrors)})
+	}
+	return s.list
+}
+
+// maxEcho is the most bytes of one string from outside lbd (a value or key
+// from a file, a name from Consul) that an error repeats.
+const maxEcho = 80
+
+// echo is a string from outside lbd in an error message. Formatted (%s, %q
+// or %v) it is cut to maxEcho bytes, at a character boundary, and followed
+// by its whole length: a 5 MB name gives a short log line.
+type echo string
+
+func (e echo) Format(f fmt.State, verb rune) {
+	s, more := string(e), ""
+	if len(s) > maxEcho {
+		cut := maxEcho
+		for cut > 0 && !utf8.RuneStart(s[cut]) {
+			cut--
+		}
+		s, more = s[:cut], fmt.Sprintf("…(%d bytes)", len(s))
+	}
+	if verb == 'q' {
+		s = strconv.Quote(s)
+	}
+	io.WriteString(f, s)
+	io.WriteString(f, more)
+}
+
+// whole is a string of lbd's own in an error message (a list of accepted
+// keys, a path of its configuration), which is never cut.
+type whole string
+
+// echoArgs wraps the long strings among args in echo: every string an
+// error message is given may come from outside.
+func echoArgs(args []any) []any {
+	for i, a := range args {
+		if s, ok := a.(string); ok && len(s) > maxEcho {
+			args[i] = echo(s)
+		}
+	}
+	return args
+}
+
+// clip is a key path or name cut as echo cuts it.
+func clip(s string) string {
+	if len(s) <= maxEcho {
+		return s
+	}
+	return fmt.Sprint(echo(s))
+}
+
 // suggest returns the accepted word closest to got, if it is close enough
 // to be a likely typo.
 func suggest(got string, accepted []string) string {
 	best, bestD := "", len(got)/3+1
+	lower := ""
 	for _, a := range accepted {
-		if d := editDistance(strings.ToLower(got), strings.ToLower(a)); d < bestD {
+		// The distance is at least the difference in length: a long got
+		// (outside data) is compared with nothing.
+		if abs(len(got)-len(a)) >= bestD {
+			continue
+		}
+		if lower == "" {
+			lower = strings.ToLower(got)
+		}
+		if d := editDistance(lower, strings.ToLower(a)); d < bestD {
 			best, bestD = a, d
 		}
 	}
 	return best
+}
+
+func abs(n int) int {
+	if n < 0 {
+		return -n
+	}
+	return n
 }
 
 func editDistance(a, b string) int {

@@ -76,7 +76,7 @@ func TestFastPathAgrees(t *testing.T) {
 	valid := map[string]map[string]string{
 		"defaults": {"lbd.toml": svc + "[[service.real_server]]\naddress = \"10.0.0.1\"\n" +
 			"[[service]]\nname = \"u\"\nvips = [\"2001:db8::53\"]\nport = 53\nprotocol = \"udp\"\nreal_server = [{address = \"2001:db8:1::5\"}]\n"},
-		"consul": {"lbd.toml": "[consul.virtual_services]\ntag = \"lbd\"\nvip_pools = [\"198.51.100.0/24\", \"2001:db8:100::/64\"]\n" +
+		"consul": {"lbd.toml": "[consul.virtual_services]\ntag = \"lbd\"\nvip_pools = [\"198.51.100.0/24\", \"2001:db8:100::/64\"]\nreal_server_networks = [\"10.0.0.0/8\"]\n" +
 			svc + "[service.consul_register]\ntags = [\"vip\"]\n[service.consul]\nservice = \"web\"\n[service.health_check]\ntype = \"tcp\"\n"},
 		"overrides": {"lbd.toml": svc + "[service.health_check]\ntype = \"http\"\npath = \"/h\"\nexpect_status = [200, \"300-399\"]\n" +
 			"real_server = [{ address = \"10.0.0.1\", health_check = { port = 8081, path = \"/x\" } }, { address = \"10.0.0.2\", weight = 0 }]\n"},
@@ -190,7 +190,7 @@ func randomConfig(rng *rand.Rand) string {
 	}
 	serviceKeys := []string{"name", "vips", "port", "protocol", "node_port", "scheduler", "scheduler_flags", "session_affinity",
 		"session_affinity_timeout", "source_ranges", "snat", "announce", "announce_interface", "on_unhealthy", "drain_timeout",
-		"quorum", "quorum_fallback", "sorry_server", "health_check"}
+		"quorum", "quorum_fallback", "sorry_server", "health_check", "adopt"}
 	realKeys := []string{"address", "port", "weight", "health_check"}
 	checkKeys := []string{"type", "interval", "timeout", "rise", "fall", "initial_state", "port", "path", "host", "expect_status",
 		"payload", "query_name", "command", "user"}

@@ -84,8 +84,8 @@ var invalidConfigs = []invalidConfig{
 	{"consul virtual services without tag", map[string]string{"lbd.toml": "[consul.virtual_services]\nvip_pools = [\"198.51.100.0/24\"]\n"},
 		[][2]string{{"lbd.toml:1:", `consul.virtual_services: names no tag`}}},
 	{"consul virtual services without pools", map[string]string{"lbd.toml": "[consul.virtual_services]\ntag = \"lbd\"\n"},
-		[][2]string{{"lbd.toml:1:", `consul.virtual_services: has no vip_pools`}}},
-	{"consul virtual services bad pool", map[string]string{"lbd.toml": "[consul.virtual_services]\ntag = \"lbd\"\nvip_pools = [\"198.51.100.0/33\"]\n"},
+		[][2]string{{"lbd.toml:1:", `consul.virtual_services: has no vip_pools`}, {"lbd.toml:1:", `consul.virtual_services: has no real_server_networks; expected real_server_networks = ["10.0.0.0/8"]`}}},
+	{"consul virtual services bad pool", map[string]string{"lbd.toml": "[consul.virtual_services]\ntag = \"lbd\"\nvip_pools = [\"198.51.100.0/33\"]\nreal_server_networks = [\"10.0.0.0/8\"]\n"},
 		[][2]string{{"lbd.toml:3:", `consul.virtual_services.vip_pools[0]`}}},
 	{"consul register bad name", map[string]string{"lbd.toml": svc + "[service.consul_register]\nname = \"bad name\"\n"},
 		[][2]string{{"lbd.toml:7:", `service[0].consul_register.name: "bad name" is not a valid Consul service name`}}},
@@ -209,8 +209,8 @@ var invalidConfigs = []invalidConfig{
 		[][2]string{{"lbd.toml:7:1", `"icmp" is not accepted; expected one of: none, tcp, http, https, udp, dns, exec`}}},
 	{"http key on a tcp check", map[string]string{"lbd.toml": svc + "[service.health_check]\ntype = \"tcp\"\npath = \"/healthz\"\n"},
 		[][2]string{{"lbd.toml:8:1", `applies only to "http" and "https" checks, and this check is type = "tcp"`}}},
-	{"timeout not shorter than interval", map[string]string{"lbd.toml": svc + "[service.health_check]\ninterval = \"1s\"\ntimeout = \"2s\"\n"},
-		[][2]string{{"lbd.toml:8:1", "timeout (2s) is not shorter than interval (1s)"}}},
+	{"timeout longer than interval", map[string]string{"lbd.toml": svc + "[service.health_check]\ninterval = \"1s\"\ntimeout = \"2s\"\n"},
+		[][2]string{{"lbd.toml:8:1", "timeout (2s) is longer than interval (1s); expected timeout <= interval"}}},
 	{"exec check with relative command", map[string]string{"lbd.toml": svc + "[service.health_check]\ntype = \"exec\"\ncommand = [\"check.sh\"]\n"},
 		[][2]string{{"lbd.toml:8:1", "first element is an absolute path"}}},
 	{"udp check without payload", map[string]string{"lbd.toml": svc + "[service.health_check]\ntype = \"udp\"\n"},
@@ -338,7 +338,7 @@ func TestConsulEnabledByService(t *testing.T) {
 }
 
 func TestConsulRegisterAndVirtualServices(t *testing.T) {
-	path := writeConfig(t, map[string]string{"lbd.toml": "[consul.virtual_services]\ntag = \"lbd\"\nvip_pools = [\"198.51.100.0/24\", \"2001:db8:100::/64\"]\n" +
+	path := writeConfig(t, map[string]string{"lbd.toml": "[consul.virtual_services]\ntag = \"lbd\"\nvip_pools = [\"198.51.100.0/24\", \"2001:db8:100::/64\"]\nreal_server_networks = [\"10.0.0.0/8\"]\n" +
 		svc + "[service.consul_register]\ntags = [\"vip\"]\n[service.consul]\nservice = \"web\"\n[service.health_check]\ntype = \"tcp\"\n"})
 	cfg, err := Load(path)
 	if err != nil {

@@ -19,11 +19,14 @@ type source struct {
 	name string
 	tree *tree.Table
 	pos  map[string]keypos.Pos
-	errs *ErrorList
+	errs *errorSink
 	// known is the empty sequence of a trie of the sequences of keys that
 	// nodes are asked for, which most nodes share.
 	known *knownKeys
 	reals *realServers
+	// refPos, shared by the files of a load, receives the positions of
+	// the keys that name files (see keepPos); nil keeps none.
+	refPos map[string]Pos
 }
 
 // at returns the position of path, or of its nearest ancestor that has one.
@@ -38,6 +41,11 @@ func (s *source) at(path string) Pos {
 		if kp, ok := s.pos[p]; ok {
 			return Pos{File: s.name, Line: kp.Line, Col: kp.Col}
 		}
+	}
+	if s.pos != nil && path == "" {
+		// An empty key at the top ("" = 1, [""]) has no path to find it
+		// by: the file's start stands in.
+		return Pos{File: s.name, Line: 1, Col: 1}
 	}
 	return Pos{File: s.name}
 }
@@ -123,10 +131,21 @@ func (n *node) keyPath(key string) string {
 func (n *node) pos(key string) Pos { return n.src.at(n.keyPath(key)) }
 
 func (n *node) errorf(key, format string, args ...any) {
-	// A key path may be a piece of the file's text: cloned, an error does
-	// not keep all of it alive.
-	p := strings.Clone(n.keyPath(key))
-	*n.src.errs = append(*n.src.errs, &Error{Pos: n.src.at(p), Key: p, Msg: fmt.Sprintf(format, args...)})
+	if n.src.errs.full() {
+		n.src.errs.more++
+		return
+	}
+	// A key path may be a piece of the file's text: cloned (and cut), an
+	// error does not keep all of it alive.
+	p := n.keyPath(key)
+	n.src.errs.add(newError(n.src.at(p), strings.Clone(p), format, args...))
+}
+
+// keepPos records where key is, when it is written, for Config.CheckFiles.
+func (n *node) keepPos(key string) {
+	if n.src.refPos != nil && n.has(key) {
+		n.src.refPos[n.keyPath(key)] = n.pos(key)
+	}
 }
 
 func (n *node) has(key string) bool {
@@ -177,7 +196,7 @@ func (n *node) finish() {
 		if n.path != "" {
 			where = "in [" + strings.TrimRight(stripIndex(n.path), "]") + "]"
 		}
-		n.errorf(k, "%s; accepted %s: %s", msg, where, strings.Join(known, ", "))
+		n.errorf(k, "%s; accepted %s: %s", whole(msg), whole(where), whole(strings.Join(known, ", ")))
 	}
 }
 
@@ -219,7 +238,7 @@ func typeName(v any) string {
 }
 
 func (n *node) wrongType(key string, v any, want string) {
-	n.errorf(key, "is %s; expected %s", typeName(v), want)
+	n.errorf(key, "is %s; expected %s", typeName(v), whole(want))
 }
 
 func (n *node) str(key string, dst *string) bool {
@@ -250,7 +269,7 @@ func (n *node) oneOf(key string, dst *string, accepted ...string) bool {
 		if g := suggest(s, accepted); g != "" {
 			hint = fmt.Sprintf(" (did you mean %q?)", g)
 		}
-		n.errorf(key, "%q is not accepted%s; expected one of: %s", s, hint, strings.Join(accepted, ", "))
+		n.errorf(key, "%q is not accepted%s; expected one of: %s", s, whole(hint), whole(strings.Join(accepted, ", ")))
 		return false
 	}
 	*dst = accepted[i] // the same string, without a copy
@@ -411,20 +430,26 @@ func (n *node) addr(key string, dst *netip.Addr) bool {
 	return ok
 }
 
-func (n *node) addrs(key string) []netip.Addr {
-	var out []netip.Addr
+// addrs decodes an array of IP addresses, and returns the key of each.
+func (n *node) addrs(key string) (out []netip.Addr, keys []string) {
 	n.list(key, "IP addresses", func(k string, v any) {
 		if a, ok := n.parseAddr(k, v); ok {
 			out = append(out, a)
+			keys = append(keys, k)
 		}
 	})
-	return out
+	return out, keys
 }
 
 // prefixes decodes CIDRs; host bits must be zero so that a typo such as
 // 10.1.2.0/16 (meant /24) is caught rather than silently widened.
 func (n *node) prefixes(key string) []netip.Prefix {
-	var out []netip.Prefix
+	out, _ := n.prefixesAt(key)
+	return out
+}
+
+// prefixesAt is prefixes, with the key of each.
+func (n *node) prefixesAt(key string) (out []netip.Prefix, keys []string) {
 	n.list(key, "CIDRs", func(k string, v any) {
 		s, ok := v.(string)
 		if !ok {
@@ -441,8 +466,9 @@ func (n *node) prefixes(key string) []netip.Prefix {
 			return
 		}
 		out = append(out, p)
+		keys = append(keys, k)
 	})
-	return out
+	return out, keys
 }
 
 // table returns the sub-table at key, or nil when it is absent.

@@ -9,7 +9,6 @@ import (
 	"reflect"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/lbdproject/lbd/lvs"
@@ -53,6 +52,10 @@ type Config struct {
 
 	// Files lists every file the snapshot was read from, main file first.
 	Files []string
+
+	// refPos locates the keys that name files (token_file, ca_file ...,
+	// each exec check's command) by key path, for CheckFiles.
+	refPos map[string]Pos
 }
 
 // Sync holds the bounded-frequency runner's timings and the safety valve.
@@ -137,6 +140,10 @@ type ConsulVirtualServices struct {
 	// VIPPools are the only networks a Consul-defined VIP may come from:
 	// Consul registrations are not trusted to claim any address.
 	VIPPools []netip.Prefix
+	// RealServerNetworks are the only networks a real server from Consul
+	// may live in (real_server_networks); empty allows any address outside
+	// the forbidden set. Required with a Tag.
+	RealServerNetworks []netip.Prefix
 }
 
 // ConsulTLS configures TLS to the Consul agent.
@@ -236,6 +243,11 @@ type Service struct {
 	// before it is deleted even with connections left.
 	DrainTimeout time.Duration
 
+	// Adopt lets lbd take over IPVS virtual servers of this service that
+	// it did not create (a keepalived's, say): without it lbd leaves such
+	// a one alone and reports it. Files only: Consul may not adopt.
+	Adopt bool
+
 	// Quorum is the least number of healthy real servers the service
 	// needs; below it QuorumFallback applies.
 	Quorum         int
@@ -246,13 +258,15 @@ type Service struct {
 	Pos Pos
 	// path and the positions below locate the keys that checks across
 	// services point at: name, node_port (when set) and each of vips.
-	path                 string
-	namePos, nodePortPos Pos
-	vipPos               []Pos
+	path                           string
+	namePos, nodePortPos, sorryPos Pos
+	vipPos                         []Pos
+	vipKeys                        []string // vips[i] of each of VIPs
 }
 
 // at returns the position of one of the keys "name", "node_port" and
-// "vips[i]", as recorded when the service was decoded, or of the service.
+// those of VIPs (vipKey), as recorded when the service was decoded, or of
+// the service.
 func (s *Service) at(key string) Pos {
 	var p Pos
 	switch {
@@ -260,8 +274,8 @@ func (s *Service) at(key string) Pos {
 		p = s.namePos
 	case key == "node_port":
 		p = s.nodePortPos
-	case strings.HasPrefix(key, "vips[") && strings.HasSuffix(key, "]"):
-		if i, err := strconv.Atoi(key[len("vips[") : len(key)-1]); err == nil && i >= 0 && i < len(s.vipPos) {
+	default:
+		if i := slices.Index(s.vipKeys, key); i >= 0 && i < len(s.vipPos) {
 			p = s.vipPos[i]
 		}
 	}
@@ -269,6 +283,15 @@ func (s *Service) at(key string) Pos {
 		return s.Pos
 	}
 	return p
+}
+
+// vipKey is the key of VIPs[i]: vips[i], unless an element before it was
+// refused.
+func (s *Service) vipKey(i int) string {
+	if i < len(s.vipKeys) {
+		return s.vipKeys[i]
+	}
+	return "vips[" + strconv.Itoa(i) + "]"
 }
 
 // Family returns 4 or 6: the address family of the service's VIPs, or of
@@ -414,7 +437,7 @@ func (s *Service) Same(o *Service) bool {
 
 func (s *Service) withoutProvenance() Service {
 	c := *s
-	c.Pos, c.path, c.namePos, c.nodePortPos, c.vipPos = Pos{}, "", Pos{}, Pos{}, nil
+	c.Pos, c.path, c.namePos, c.nodePortPos, c.sorryPos, c.vipPos, c.vipKeys = Pos{}, "", Pos{}, Pos{}, Pos{}, nil, nil
 	// The service and its real servers share checks: clear each distinct
 	// one once.
 	checks := map[*HealthCheck]*HealthCheck{}

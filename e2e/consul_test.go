@@ -134,6 +134,7 @@ address = "127.0.0.1:8500"
 [consul.virtual_services]
 tag = "lbd"
 vip_pools = ["%[2]s/32"]
+real_server_networks = ["198.18.0.0/15"]
 
 [[service]]
 name = "web"
@@ -233,6 +234,28 @@ service = "mass"
 		agent.deregister("api-1")
 		agent.deregister("rogue-1")
 		waitRules(t, dir, "the api virtual service gone", "!-A -t "+api.String())
+	})
+
+	t.Run("a hostile registration cannot reach the director's own port through the VIP", func(t *testing.T) {
+		// A port the director itself listens on, as its sshd would.
+		own := netip.AddrPortFrom(dir.Addr(tp.Backend), 2222)
+		dir.StartBackend(t, topo.BackendConfig{ID: "director-own", HTTPPort: int(own.Port())})
+		meta := map[string]string{"lbd-vip": api.Addr().String(), "lbd-port": "2222", "lbd-snat": "never"}
+		agent.register("evil-1", "evil", own, false, []string{"lbd"}, meta)
+		eventually(t, "the refusal in lbd status", func() error {
+			out, err := dir.Exec(l.bin, "status", "--socket", l.socket())
+			if err != nil || !strings.Contains(out, "address "+own.Addr().String()+" is this director's own address") {
+				return fmt.Errorf("lbd status (%v):\n%s", err, out)
+			}
+			return nil
+		})
+		if got := strings.Join(ipvsadmSave(t, dir), "\n"); strings.Contains(got, own.Addr().String()) {
+			t.Errorf("the director's own address reached IPVS:\n%s", got)
+		}
+		if answers, err := client.Probe(topo.HTTP, netip.AddrPortFrom(api.Addr(), 2222), 2, requestTimeout); err == nil && len(answers.Errors()) == 0 {
+			t.Errorf("a client reached the director's own port through the VIP: %v", answers.ByServer())
+		}
+		agent.deregister("evil-1")
 	})
 
 	t.Run("Consul stopped: nothing Consul-sourced changes, file edits apply", func(t *testing.T) {

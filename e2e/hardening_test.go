@@ -130,6 +130,16 @@ real_server = [{ address = "%s", weight = %d }]
 		waitRules(t, dir, "theirs untouched", foreign...)
 	})
 
+	t.Run("adopt = true takes a foreign virtual server over", func(t *testing.T) {
+		theirs := netip.AddrPortFrom(topo.VIP(3), 80)
+		dir.MustExec(t, "ipvsadm", "-A", "-t", theirs.String(), "-s", "sh")
+		dir.MustExec(t, "ipvsadm", "-a", "-t", theirs.String(), "-r", real.String(), "-m", "-w", "7")
+		l.writeConfig(t, service(6)+strings.Replace(claimOf(theirs, real), "port = 80", "port = 80\nadopt = true", 1))
+		waitRules(t, dir, "theirs rewritten to the configuration", "-A -t "+theirs.String()+" -s wrr", fmt.Sprintf("-a -t %s -r %s -m -w 2", theirs, real))
+		l.writeConfig(t, service(6))
+		waitRules(t, dir, "the adopted virtual server deleted with its service", "!-A -t "+theirs.String())
+	})
+
 	t.Run("Consul with nothing to follow does not hold syncs back", func(t *testing.T) {
 		consul := "\n[consul]\naddress = \"127.0.0.1:1\"\n"
 		l.writeConfig(t, service(7)+consul)

@@ -51,6 +51,14 @@ go vet -tags e2e ./e2e/...
 stage "unit tests"
 go test -race -count=1 ./...
 
+# Every fuzz target for a bounded time (LBD_FUZZTIME, default 10s each):
+# the parsers of files and of Consul's registrations meet hostile input.
+stage "fuzz (${LBD_FUZZTIME:-10s} per target)"
+for target in FuzzParse:./config FuzzFastPath:./config FuzzParse:./config/internal/tree \
+	FuzzScan:./config/internal/prescan FuzzScan:./config/internal/keypos FuzzConsulMerge:./discovery/merge; do
+	go test -run='^$' -fuzz="^${target%%:*}\$" -fuzztime="${LBD_FUZZTIME:-10s}" "${target#*:}"
+done
+
 if [ "${LBD_SKIP_DEB:-}" = 1 ]; then
 	stage "package test skipped (LBD_SKIP_DEB=1)"
 else

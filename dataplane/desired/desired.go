@@ -377,6 +377,7 @@ func virtualServer(s *config.Service, vip netip.Addr, port uint16, dests []Dest)
 		Source:       s.Pos,
 		SNAT:         s.SNAT,
 		SourceRanges: s.SourceRanges,
+		Adopt:        s.Adopt,
 	}
 	for _, f := range s.SchedulerFlags {
 		v.Flags |= schedFlagBits[f]

@@ -487,10 +487,17 @@ func (l *loop) logRejected(fp string, err error) {
 		return
 	}
 	l.log.Error("configuration rejected; keeping the configuration in force", "hash", short(fp), "problems", len(list))
-	for _, e := range list {
+	for i, e := range list {
+		if i == maxLoggedProblems {
+			l.log.Error("more configuration problems not logged; lbd check-config lists them", "count", len(list)-i)
+			return
+		}
 		l.log.Error("configuration problem", "at", e.Pos.String(), "key", e.Key, "problem", e.Msg)
 	}
 }
+
+// maxLoggedProblems bounds the journal lines of one rejection.
+const maxLoggedProblems = 100
 
 // covers reports whether every file in loaded is one of read.
 func covers(read, loaded []string) bool {

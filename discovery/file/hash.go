@@ -4,7 +4,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"os"
 	"path/filepath"
 
 	"github.com/lbdproject/lbd/config"
@@ -25,7 +24,9 @@ func Hash(path string) (string, error) {
 // fingerprint hashes the names and content of the files config.Load reads
 // (config.Files), including any error reading them, and returns those files.
 // Configurations are small: reading them is cheaper than being wrong about
-// an mtime.
+// an mtime. They are read as config.Load reads them (config.ReadFile): a
+// FIFO or device among them is an error to hash, never a read that blocks
+// the watcher or fills the memory.
 func fingerprint(mainFile string) (string, []string) {
 	h := sha256.New()
 	files, err := config.Files(mainFile)
@@ -34,7 +35,7 @@ func fingerprint(mainFile string) (string, []string) {
 		files = []string{mainFile}
 	}
 	for _, p := range files {
-		data, err := os.ReadFile(p)
+		data, err := config.ReadFile(p)
 		if err != nil {
 			fmt.Fprintf(h, "%s\x00error %v\x00", p, err)
 			continue

@@ -113,19 +113,14 @@ func canonPrefix(p netip.Prefix) netip.Prefix {
 }
 
 // isUnicast refuses what IPVS NAT cannot forward to or what reaches the
-// director itself: loopback, link-local, multicast, the limited broadcast
-// and unspecified addresses (IsGlobalUnicast); 0.0.0.0/8, "this host on
+// director itself, as config refuses it for real servers in files
+// (config.ForbiddenRealServer): loopback, link-local, multicast, the
+// limited broadcast and unspecified addresses; 0.0.0.0/8, "this host on
 // this network" (RFC 1122); and ::/96, the deprecated IPv4-compatible
 // addresses that a sit tunnel delivers to the IPv4 address inside.
 func isUnicast(a netip.Addr) bool {
-	if !a.IsValid() || !a.IsGlobalUnicast() {
-		return false
-	}
-	b := a.As16()
-	if a.Is4() {
-		return b[12] != 0
-	}
-	return [12]byte(b[:12]) != [12]byte{}
+	_, bad := config.ForbiddenRealServer(a)
+	return !bad
 }
 
 func lastAddr(p netip.Prefix) netip.Addr {

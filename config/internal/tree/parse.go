@@ -13,8 +13,9 @@ const (
 	maxTableKeys = 64 // keys of one table: lookups are linear
 )
 
-// Parse parses src. It returns false, and nothing, when the document uses
-// anything outside the plain TOML it handles, or is not valid TOML.
+// Parse parses src. It returns false, and nothing but the position where
+// it stopped, when the document uses anything outside the plain TOML it
+// handles, or is not valid TOML.
 //
 // What it handles: comments; bare keys, one per key/value line (no dotted
 // keys); [table] and [[array of tables]] headers of bare keys that define
@@ -24,22 +25,30 @@ const (
 // comments, as TOML 1.1 and BurntSushi/toml allow). Text must be valid UTF-8
 // without control characters other than tab and newline (CR only before
 // LF) and without a byte-order mark.
-func Parse(src string) (root *Table, ok bool) {
-	if !plainText(src) {
-		return nil, false
+func Parse(src string) (root *Table, stop Pos, ok bool) {
+	if bad := plainText(src); bad >= 0 {
+		return nil, posOf(src, bad), false
 	}
 	p := &parser{src: src, line: 1, keys: make(map[string]string)}
 	p.root = &Table{kind: kindHeader}
 	p.cur = p.root
 	if !p.document() {
-		return nil, false
+		return nil, p.pos(), false
 	}
-	return p.root, true
+	return p.root, Pos{}, true
 }
 
-// plainText reports whether BurntSushi/toml's lexer accepts every character
-// of src, and src has no byte-order mark (which it skips and keypos counts).
-func plainText(src string) bool {
+// posOf returns the position of byte i of src.
+func posOf(src string, i int) Pos {
+	line := 1 + strings.Count(src[:i], "\n")
+	return Pos{int32(line), int32(i - (strings.LastIndexByte(src[:i], '\n') + 1) + 1)}
+}
+
+// plainText returns the index of the first character of src that
+// BurntSushi/toml's lexer refuses, or of a byte-order mark (which it skips
+// and keypos counts), or of the first byte when src is not valid UTF-8;
+// -1 when there is none.
+func plainText(src string) int {
 	ascii := true
 	for i := 0; i < len(src); i++ {
 		switch c := src[i]; {
@@ -47,13 +56,26 @@ func plainText(src string) bool {
 			ascii = false
 		case c == '\r':
 			if i+1 >= len(src) || src[i+1] != '\n' {
-				return false
+				return i
 			}
 		case c < 0x20 && c != '\t' && c != '\n', c == 0x7f:
-			return false
+			return i
 		}
 	}
-	return ascii || utf8.ValidString(src) && !strings.HasPrefix(src, "\uFEFF")
+	if ascii {
+		return -1
+	}
+	if strings.HasPrefix(src, "\uFEFF") {
+		return 0
+	}
+	for i := 0; i < len(src); {
+		r, size := utf8.DecodeRuneInString(src[i:])
+		if r == utf8.RuneError && size == 1 {
+			return i
+		}
+		i += size
+	}
+	return -1
 }
 
 type parser struct {

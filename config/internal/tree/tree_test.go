@@ -81,7 +81,7 @@ var refused = []string{
 
 func TestParseAccepts(t *testing.T) {
 	for _, src := range accepted {
-		if _, ok := Parse(src); !ok {
+		if _, _, ok := Parse(src); !ok {
 			t.Errorf("refused %q", src)
 		}
 		checkAgainstOracles(t, src)
@@ -91,7 +91,7 @@ func TestParseAccepts(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, ok := Parse(string(b)); !ok {
+		if _, _, ok := Parse(string(b)); !ok {
 			t.Errorf("refused %s", p)
 		}
 		checkAgainstOracles(t, string(b))
@@ -100,7 +100,7 @@ func TestParseAccepts(t *testing.T) {
 
 func TestParseRefuses(t *testing.T) {
 	for _, src := range refused {
-		if _, ok := Parse(src); ok {
+		if _, _, ok := Parse(src); ok {
 			t.Errorf("accepted %q", src)
 		}
 	}
@@ -123,7 +123,7 @@ func FuzzParse(f *testing.F) {
 // lookup in keypos.Scan's map did, for every path there and around.
 func checkAgainstOracles(t *testing.T, src string) {
 	t.Helper()
-	root, ok := Parse(src)
+	root, _, ok := Parse(src)
 	if !ok {
 		return
 	}
