@@ -21,6 +21,7 @@ import (
 	"github.com/lbdproject/lbd/config"
 	"github.com/lbdproject/lbd/dataplane"
 	"github.com/lbdproject/lbd/dataplane/announce"
+	"github.com/lbdproject/lbd/dataplane/drift"
 	"github.com/lbdproject/lbd/dataplane/hostaddrs"
 	"github.com/lbdproject/lbd/dataplane/ipvs"
 	"github.com/lbdproject/lbd/dataplane/sysctl"
@@ -226,6 +227,7 @@ func (d *daemon) start(ctx context.Context, cfg *config.Config) {
 		})
 	})
 	d.wg.Go(func() { d.dp.Loop(ctx) })
+	d.wg.Go(func() { drift.Watch(ctx, d.k.driftOptions(cfg, d.log, d.dp)) })
 	d.wg.Go(func() { watchdog(ctx, d.log, d.notify, d.dp) })
 	d.wg.Go(func() { d.notify.readyAfterGrace(ctx, readyGrace) })
 	if sr, err := ipvs.OpenStats(); err != nil {

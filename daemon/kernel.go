@@ -14,6 +14,7 @@ import (
 	"github.com/lbdproject/lbd/dataplane/addrs"
 	"github.com/lbdproject/lbd/dataplane/conntrack"
 	"github.com/lbdproject/lbd/dataplane/desired"
+	"github.com/lbdproject/lbd/dataplane/drift"
 	"github.com/lbdproject/lbd/dataplane/ipset"
 	"github.com/lbdproject/lbd/dataplane/iptables"
 	"github.com/lbdproject/lbd/dataplane/ipvs"
@@ -32,7 +33,10 @@ type kernel struct {
 	ct      *conntrack.Cleaner
 	filters map[int]*iptables.ExecRunner
 	backend iptables.Backend
-	ledger  ownership.FileLedger
+	// children records the iptables-restore processes the filters start:
+	// their nftables transactions are lbd's own, not drift.
+	children iptables.Children
+	ledger   ownership.FileLedger
 }
 
 func openKernel(stateDir string) (_ *kernel, err error) {
@@ -60,7 +64,7 @@ func openKernel(stateDir string) (_ *kernel, err error) {
 		r, err := iptables.LookupRunner(fam, k.backend)
 		switch {
 		case err == nil:
-			k.filters[fam] = r
+			k.filters[fam] = r.Recording(&k.children)
 		case fam == 4:
 			return nil, err
 		}
@@ -169,4 +173,21 @@ func Cleanup(cfg *config.Config, stateDir string) ([]string, error) {
 	done = append(done, d...)
 	errs = append(errs, err)
 	return done, errors.Join(errs...)
+}
+
+// driftOptions has the drift watcher report to dp what the kernel tells
+// of lbd's link, addresses and, with iptables-nft, rules.
+func (k *kernel) driftOptions(cfg *config.Config, log *slog.Logger, dp *dataplane.Dataplane) drift.Options {
+	o := drift.Options{Link: cfg.Dataplane.Interface, Expect: dp.ExpectsVIP, Own: k.children.Started, Logger: log,
+		OnDrift: func(what string) {
+			log.Warn("dataplane drift; repairing", "what", what)
+			dp.Repair()
+		}}
+	if k.backend == iptables.NFT {
+		o.Tables = map[int][]desired.Table{}
+		for fam := range k.filters {
+			o.Tables[fam] = desired.Tables(cfg.Dataplane, fam)
+		}
+	}
+	return o
 }

@@ -10,6 +10,7 @@ import (
 	"context"
 	"log/slog"
 	"net/netip"
+	"slices"
 	"sync"
 	"time"
 
@@ -223,4 +224,30 @@ func (d *Dataplane) OnSync(f func(SyncResult)) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.onSync = append(d.onSync, f)
+}
+
+// Repair asks for a full sync soon, within min_sync_period: the kernel
+// told of drift (dataplane/drift). It never blocks, and does not count as
+// an input change.
+func (d *Dataplane) Repair() { d.run.Repair() }
+
+// ExpectsVIP reports whether lbd's own syncs account for VIP a being bound
+// to its interface (bound) or not, for the drift watcher: the state the
+// last sync applied says, and while a sync runs, either that or the state
+// it applies. Before the first sync everything is expected: that sync
+// reconciles anyway.
+func (d *Dataplane) ExpectsVIP(a netip.Addr, bound bool) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.applied == nil {
+		return true
+	}
+	has := func(st *desired.State) bool {
+		_, ok := slices.BinarySearchFunc(st.VIPs, a, netip.Addr.Compare)
+		return ok
+	}
+	if has(d.applied) == bound {
+		return true
+	}
+	return !d.syncStart.IsZero() && d.computed != nil && has(d.computed) == bound
 }

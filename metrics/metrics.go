@@ -67,7 +67,7 @@ func New() *Metrics {
 func (m *Metrics) registerSync() {
 	m.syncDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "lbd_sync_duration_seconds",
-		Help:    "Time one sync of the kernel state took, by why it ran (requested, periodic, retry).",
+		Help:    "Time one sync of the kernel state took, by why it ran (initial, requested, periodic, retry, drift).",
 		Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16), // 0.5 ms .. 16 s
 	}, []string{"reason"})
 	m.syncLast = prometheus.NewGauge(prometheus.GaugeOpts{

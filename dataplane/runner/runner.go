@@ -5,12 +5,14 @@
 //
 // Unlike kube-proxy's, the sync function returns its error, so retries
 // actually happen, and it is told why it runs: the first sync, periodic
-// syncs and retries are full reconciles against a kernel dump, requested
-// ones may apply a diff against what was last written. Only full syncs
-// restart the period, so requests never put off drift repair. A request
-// after a failure stays a requested sync: what a failed write left
-// uncertain is for the appliers to re-read (each does), while the retry
-// that follows the backoff is a full one.
+// syncs, retries and repairs are full reconciles against a kernel dump,
+// requested ones may apply a diff against what was last written. Only
+// full syncs restart the period, so requests never put off drift repair.
+// Repair asks for a full sync within MinInterval, for drift the kernel
+// told about; a pending repair turns a pending request into a full sync.
+// A request after a failure stays a requested sync: what a failed write
+// left uncertain is for the appliers to re-read (each does), while the
+// retry that follows the backoff is a full one.
 package runner
 
 import (
@@ -34,6 +36,9 @@ const (
 	// Initial: the first sync; nothing has been cached yet, so it
 	// reconciles against the kernel like a periodic one.
 	Initial
+	// Drift: Repair was called (the kernel told of a change lbd did not
+	// make); a full reconcile, as soon as MinInterval allows.
+	Drift
 )
 
 func (r Reason) String() string {
@@ -46,6 +51,8 @@ func (r Reason) String() string {
 		return "retry"
 	case Initial:
 		return "initial"
+	case Drift:
+		return "drift"
 	}
 	return "unknown"
 }
@@ -73,8 +80,9 @@ type Runner struct {
 	fn      SyncFunc
 	opts    Options
 	limiter *rate.Limiter
-	// requests holds at most one pending Run: further calls coalesce.
-	requests chan struct{}
+	// requests holds at most one pending Run, repairs one pending Repair:
+	// further calls coalesce.
+	requests, repairs chan struct{}
 }
 
 // New returns a Runner for fn.
@@ -107,6 +115,7 @@ func New(fn SyncFunc, opts Options) *Runner {
 		opts:     opts,
 		limiter:  rate.NewLimiter(limit, opts.Burst),
 		requests: make(chan struct{}, 1),
+		repairs:  make(chan struct{}, 1),
 	}
 }
 
@@ -119,9 +128,18 @@ func (r *Runner) Run() {
 	}
 }
 
+// Repair asks for a full sync soon, rate-limited like Run. It never
+// blocks; it coalesces with other Repair and Run calls into one full sync.
+func (r *Runner) Repair() {
+	select {
+	case r.repairs <- struct{}{}:
+	default:
+	}
+}
+
 // Loop runs syncs until ctx is done. It does not sync before the first Run
-// or the first MaxInterval, so the caller decides when the state is
-// complete enough to apply.
+// or Repair or the first MaxInterval, so the caller decides when the state
+// is complete enough to apply.
 func (r *Runner) Loop(ctx context.Context) {
 	periodic := time.NewTimer(r.opts.MaxInterval)
 	defer periodic.Stop()
@@ -138,6 +156,8 @@ func (r *Runner) Loop(ctx context.Context) {
 			return
 		case <-r.requests:
 			why = Requested
+		case <-r.repairs:
+			why = Drift
 		case <-periodic.C:
 			why = Periodic
 		case <-retry.C:
@@ -146,11 +166,7 @@ func (r *Runner) Loop(ctx context.Context) {
 		if !r.wait(ctx) {
 			return
 		}
-		// The sync about to run covers any request made while waiting.
-		select {
-		case <-r.requests:
-		default:
-		}
+		why = r.coalesce(why)
 		if first {
 			why, first = Initial, false
 		}
@@ -175,6 +191,23 @@ func (r *Runner) Loop(ctx context.Context) {
 		r.opts.Logger.Warn("sync failed; retrying", "reason", why.String(), "retry_in", backoff, "error", err)
 		retry.Reset(backoff)
 	}
+}
+
+// coalesce takes the requests and repairs made while waiting: the sync
+// about to run covers them, as a full one when a repair is among them.
+func (r *Runner) coalesce(why Reason) Reason {
+	select {
+	case <-r.requests:
+	default:
+	}
+	select {
+	case <-r.repairs:
+		if !why.Full() {
+			why = Drift
+		}
+	default:
+	}
+	return why
 }
 
 // wait blocks until the rate limit allows a sync; false if ctx ended.
