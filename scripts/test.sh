@@ -55,7 +55,7 @@ go test -race -count=1 ./...
 # the parsers of files and of Consul's registrations meet hostile input.
 stage "fuzz (${LBD_FUZZTIME:-10s} per target)"
 for target in FuzzParse:./config FuzzFastPath:./config FuzzParse:./config/internal/tree \
-	FuzzScan:./config/internal/prescan FuzzScan:./config/internal/keypos FuzzConsulMerge:./discovery/merge; do
+	FuzzScan:./config/internal/prescan FuzzScan:./config/internal/keypos FuzzConsulMerge:./discovery/merge FuzzNotifications:./dataplane/drift; do
 	go test -run='^$' -fuzz="^${target%%:*}\$" -fuzztime="${LBD_FUZZTIME:-10s}" "${target#*:}"
 done
 
