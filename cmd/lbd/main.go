@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/lbdproject/lbd/config"
+	"github.com/lbdproject/lbd/internal/logbridge"
 )
 
 // version is set at build time with -ldflags "-X main.version=1.2.3".
@@ -115,15 +116,20 @@ func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
 		return nil, &exitError{code: 2, err: fmt.Errorf("--log-level %q: expected debug, info, warn or error", level)}
 	}
 	opts := &slog.HandlerOptions{Level: lv}
-	var l *slog.Logger
+	var newHandler func(io.Writer) slog.Handler
 	switch format {
 	case "text":
-		l = slog.New(slog.NewTextHandler(w, opts))
+		newHandler = func(w io.Writer) slog.Handler { return slog.NewTextHandler(w, opts) }
 	case "json":
-		l = slog.New(slog.NewJSONHandler(w, opts))
+		newHandler = func(w io.Writer) slog.Handler { return slog.NewJSONHandler(w, opts) }
 	default:
 		return nil, &exitError{code: 2, err: fmt.Errorf("--log-format %q: expected text or json", format)}
 	}
+	h := newHandler(w)
+	if f, ok := w.(*os.File); ok && logbridge.UnderJournal(f) {
+		h = logbridge.WithPriority(w, newHandler) // journalctl -p sees the levels
+	}
+	l := slog.New(h)
 	// Libraries that log through the standard log package (netlink notes
 	// ipset attributes it does not know on every dump) go to debug.
 	log.SetFlags(0)
