@@ -48,10 +48,17 @@ type routeEvents struct {
 	// per address on the link, whether the latest event left it bound.
 	link  linkState
 	addrs map[netip.Addr]bool
+	// up is whether the link was up as of the last verdict: only an up
+	// link going down is drift. A link that appears down is lbd creating
+	// it (the kernel creates links down; lbd then sets it up, which under
+	// load may come a window later).
+	up bool
 }
 
+// newRouteEvents follows the link name, whose index is 0 when it does not
+// exist; an existing one is taken to be up, as lbd keeps it.
 func newRouteEvents(name string, index int32) *routeEvents {
-	return &routeEvents{name: name, index: index, addrs: map[netip.Addr]bool{}}
+	return &routeEvents{name: name, index: index, addrs: map[netip.Addr]bool{}, up: index != 0}
 }
 
 // message takes one notification; it reports whether the window now
@@ -124,13 +131,16 @@ func (r *routeEvents) addrMessage(bound bool, b []byte) bool {
 // addresses found removed or added against expect, one finding each with
 // how many more there were.
 func (r *routeEvents) verdict(expect func(a netip.Addr, bound bool) bool) []finding {
-	link, addrs := r.link, r.addrs
+	link, addrs, wasUp := r.link, r.addrs, r.up
 	r.link, r.addrs = 0, map[netip.Addr]bool{}
+	if link != 0 {
+		r.up = link == stateUp
+	}
 	if link == stateGone {
 		return []finding{{kind: linkGone, link: r.name}}
 	}
 	var out []finding
-	if link == stateDown {
+	if link == stateDown && wasUp {
 		out = append(out, finding{kind: linkDown, link: r.name})
 	}
 	if expect == nil {

@@ -98,3 +98,25 @@ func TestRouteEventsIPv4UsesTheLocalAddress(t *testing.T) {
 		t.Errorf("verdict %v; want 192.0.2.1 added", got)
 	}
 }
+
+// The kernel creates a link down and lbd sets it up: when the two events
+// fall into different windows (a loaded box), that is no drift; an up
+// link going down is.
+func TestLinkDownIsDriftOnlyAfterUp(t *testing.T) {
+	r := newRouteEvents("lbd0", 0)
+	windows := []struct {
+		msg  genl.Message
+		want []finding
+	}{
+		{linkMsg(rtmNewLink, 12, "lbd0", false), nil},
+		{linkMsg(rtmNewLink, 12, "lbd0", true), nil},
+		{linkMsg(rtmNewLink, 12, "lbd0", false), []finding{{kind: linkDown, link: "lbd0"}}},
+		{linkMsg(rtmNewLink, 12, "lbd0", false), nil}, // still down: said once
+	}
+	for i, w := range windows {
+		r.message(w.msg)
+		if got := r.verdict(nil); !slices.Equal(got, w.want) {
+			t.Errorf("window %d: %v; want %v", i, got, w.want)
+		}
+	}
+}
