@@ -64,6 +64,8 @@ if [ "${LBD_SKIP_DEB:-}" = 1 ]; then
 else
 	stage "package: build, lintian, install into a clean Debian 12 root"
 	scripts/deb-test.sh
+	stage "package under systemd (PID 1, QEMU): start, reload, watchdog, restart, upgrade"
+	scripts/systemd-test.sh
 fi
 
 if [ "${LBD_SKIP_E2E:-}" = 1 ]; then
