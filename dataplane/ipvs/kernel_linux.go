@@ -108,11 +108,14 @@ func (k *NetlinkKernel) Dump() ([]Service, error) {
 		if err != nil {
 			return nil, err
 		}
-		d := dests[key]
-		if key.IsFWMark() {
+		d, inProc := dests[key]
+		if key.IsFWMark() || !inProc {
 			// /proc names a firewall-mark service by its mark alone, not
-			// its family: ask netlink (such services are few).
-			d, err = k.fwmarkDests(s)
+			// its family; and its read, in chunks, can skip services when
+			// other network namespaces hold IPVS services too (6.1 resumes
+			// each chunk by a position counted over every namespace's).
+			// Ask netlink for those: they are few.
+			d, err = k.netlinkDests(s)
 			switch {
 			case errors.Is(err, syscall.ESRCH) || errors.Is(err, syscall.ENOENT):
 				continue // deleted since it was listed
@@ -132,8 +135,8 @@ func (k *NetlinkKernel) Dump() ([]Service, error) {
 	return out, nil
 }
 
-// fwmarkDests reads the destinations of a firewall-mark service.
-func (k *NetlinkKernel) fwmarkDests(s *mobyipvs.Service) ([]Dest, error) {
+// netlinkDests reads the destinations of one service over netlink.
+func (k *NetlinkKernel) netlinkDests(s *mobyipvs.Service) ([]Dest, error) {
 	ds, err := k.h.GetDestinations(s)
 	if err != nil {
 		return nil, err
@@ -266,7 +269,9 @@ func (k *NetlinkKernel) DeleteDest(key lvs.Key, addr netip.AddrPort) error {
 	return k.h.DelDestination(keyService(key), m)
 }
 
-// parseProcIPVS reads /proc/net/ip_vs: destinations by virtual server.
+// parseProcIPVS reads /proc/net/ip_vs: destinations by virtual server. A
+// virtual server listed without destinations maps to nil; one a chunked
+// read shows twice keeps its first block; one it skipped is absent.
 //
 //	TCP  C000020A:0050 wrr
 //	  -> 0A00000B:1F90      Masq    3      0          0
@@ -317,6 +322,11 @@ func parseProcIPVS(r io.Reader) (map[lvs.Key][]Dest, error) {
 			}
 			k := lvs.Key{Addr: ap.Addr(), Port: ap.Port(), Protocol: lvs.Protocol(strings.ToLower(fields[0]))}
 			cur = &k
+			if _, seen := out[k]; seen {
+				cur = nil // shown twice by a chunked read: keep the first
+				continue
+			}
+			out[k] = nil // listed, even without destinations
 		default: // FWM, SCTP: not lbd's
 			cur = nil
 		}

@@ -10,7 +10,8 @@ import (
 )
 
 func TestParseProcIPVS(t *testing.T) {
-	// As printed by Linux 6.1 (net/netfilter/ipvs/ip_vs_ctl.c).
+	// As printed by Linux 6.1 (net/netfilter/ipvs/ip_vs_ctl.c); the second
+	// block of 192.0.2.10:80 is what a chunked read can repeat.
 	text := `IP Virtual Server version 1.2.1 (size=4096)
 Prot LocalAddress:Port Scheduler Flags
   -> RemoteAddress:Port Forward Weight ActiveConn InActConn
@@ -22,6 +23,8 @@ TCP  C000020A:0050 wrr
 FWM  00000001 rr 
   -> 0A00000D:0050      Masq    1      0          0         
 UDP  C0000235:0035 rr 
+TCP  C000020A:0050 wrr 
+  -> 0A0000FF:1F90      Masq    9      0          0         
 TCP  [2001:0db8:0000:0000:0000:0000:0000:0010]:01BB rr persistent 10800 ffffffff
   -> [2001:0db8:0001:0000:0000:0000:0000:0005]:01BB      Masq    1      0          1         
 `
@@ -36,6 +39,8 @@ TCP  [2001:0db8:0000:0000:0000:0000:0000:0010]:01BB rr persistent 10800 ffffffff
 			{Addr: netip.MustParseAddrPort("10.0.0.14:80"), Weight: 2, Forward: lvs.Forward{Method: lvs.DR}},
 			{Addr: netip.MustParseAddrPort("10.0.0.15:80"), Weight: 1, Forward: lvs.Forward{Method: lvs.Tunnel}},
 		},
+		// Listed without destinations: present, so not read again.
+		{Addr: netip.MustParseAddr("192.0.2.53"), Port: 53, Protocol: lvs.UDP}: nil,
 		{Addr: netip.MustParseAddr("2001:db8::10"), Port: 443, Protocol: lvs.TCP}: {
 			{Addr: netip.MustParseAddrPort("[2001:db8:1::5]:443"), Weight: 1, InactiveConns: 1},
 		},
