@@ -227,16 +227,21 @@ func parseTOML(name, text string, errs *errorSink) (*node, bool) {
 	}
 	var m map[string]any
 	if _, err := toml.Decode(text, &m); err != nil {
+		// The parser gives no line for some errors at the end of the text
+		// (an escape cut short by it): they are on its last line.
+		at := Pos{File: name, Line: 1 + strings.Count(text, "\n")}
+		msg := "TOML syntax error: " + err.Error()
 		var pe toml.ParseError
 		if errors.As(err, &pe) {
-			msg := "TOML syntax error: " + pe.Message
+			msg = "TOML syntax error: " + pe.Message
 			if pe.Usage != "" {
 				msg += " (" + strings.TrimSpace(strings.SplitN(pe.Usage, "\n", 2)[0]) + ")"
 			}
-			errs.add(newError(Pos{File: name, Line: pe.Position.Line, Col: pe.Position.Col}, "", "%s", msg))
-		} else {
-			errs.add(newError(Pos{File: name}, "", "TOML syntax error: %s", err.Error()))
+			if pe.Position.Line >= 1 {
+				at.Line, at.Col = pe.Position.Line, pe.Position.Col
+			}
 		}
+		errs.add(newError(at, "", "%s", msg))
 		return nil, false
 	}
 	src := &source{name: name, pos: keypos.Scan(text), errs: errs}
