@@ -17,6 +17,8 @@ import (
 	"slices"
 	"strings"
 	"syscall"
+
+	"github.com/lbdproject/lbd/internal/errcap"
 )
 
 // Marker is the alias (IFLA_IFALIAS, `ip link set X alias ...`) of the
@@ -127,7 +129,7 @@ func (a *Applier) Apply(vips []netip.Addr, full bool) (Stats, error) {
 		a.elsewhere = elsewhere
 	}
 	want := make(map[netip.Addr]bool, len(vips))
-	var errs errList
+	errs := errcap.List{What: "addresses"}
 	for _, ip := range vips {
 		if _, ok := a.elsewhere[ip]; ok {
 			continue // already local on another interface: it works as is
@@ -140,7 +142,7 @@ func (a *Applier) Apply(vips []netip.Addr, full bool) (Stats, error) {
 		// EEXIST: bound meanwhile by someone else; the VIP is where it
 		// should be, and that race is no failure.
 		if err := a.k.Add(a.link, ip); err != nil && !errors.Is(err, syscall.EEXIST) {
-			errs.add(fmt.Errorf("binding VIP %s to %s: %w", ip, a.link, err))
+			errs.Add(fmt.Errorf("binding VIP %s to %s: %w", ip, a.link, err))
 			continue
 		}
 		a.bound[ip] = true
@@ -151,17 +153,18 @@ func (a *Applier) Apply(vips []netip.Addr, full bool) (Stats, error) {
 		}
 		st.Writes++
 		if err := a.k.Delete(a.link, ip); err != nil && !errors.Is(err, syscall.EADDRNOTAVAIL) { // gone already
-			errs.add(fmt.Errorf("unbinding %s from %s: %w", ip, a.link, err))
+			errs.Add(fmt.Errorf("unbinding %s from %s: %w", ip, a.link, err))
 			continue
 		}
 		delete(a.bound, ip)
 	}
-	if len(errs.errs) > 0 {
+	err := errs.Err()
+	if err != nil {
 		a.bound = nil // re-read before trusting it again
 	} else {
 		a.applied = slices.Clip(vips)
 	}
-	return st, errs.err()
+	return st, err
 }
 
 // ensureLink has the kernel create or check the link. A link without lbd's
@@ -188,32 +191,6 @@ func (a *Applier) ensureLink() error {
 	}
 	a.linkOK = true
 	return nil
-}
-
-// maxErrors bounds the errors one Apply reports: a failure that hits every
-// VIP (10,000, say) would otherwise make a log line and a status of
-// megabytes.
-const maxErrors = 5
-
-// errList keeps the first maxErrors errors and counts the others.
-type errList struct {
-	errs []error
-	more int
-}
-
-func (l *errList) add(err error) {
-	if len(l.errs) == maxErrors {
-		l.more++
-		return
-	}
-	l.errs = append(l.errs, err)
-}
-
-func (l *errList) err() error {
-	if l.more > 0 {
-		return errors.Join(append(l.errs, fmt.Errorf("and %d more addresses that failed", l.more))...)
-	}
-	return errors.Join(l.errs...)
 }
 
 // Elsewhere returns the VIPs that were left alone because another

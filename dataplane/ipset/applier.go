@@ -17,6 +17,7 @@ import (
 
 	"github.com/lbdproject/lbd/dataplane/desired"
 	"github.com/lbdproject/lbd/dataplane/genl"
+	"github.com/lbdproject/lbd/internal/errcap"
 	"github.com/lbdproject/lbd/lvs"
 )
 
@@ -174,14 +175,14 @@ func (a *Applier) applyChanges(st *desired.State) (Stats, error) {
 func (a *Applier) write(adds, dels []key, stats *Stats) error {
 	slices.SortFunc(adds, key.compare)
 	slices.SortFunc(dels, key.compare)
-	var errs errList
+	errs := errcap.List{What: "entries"}
 	done := func(k key, e desired.SetEntry, del bool, err error) {
 		name := k.set.Spec().Name
 		switch {
 		case err != nil && del:
-			errs.add(fmt.Errorf("deleting %s from ipset %s: %w", e, name, err))
+			errs.Add(fmt.Errorf("deleting %s from ipset %s: %w", e, name, err))
 		case err != nil:
-			errs.add(fmt.Errorf("adding %s to ipset %s: %w", e, name, err))
+			errs.Add(fmt.Errorf("adding %s to ipset %s: %w", e, name, err))
 		case del:
 			a.perSet[k.set]--
 		default:
@@ -231,33 +232,7 @@ func (a *Applier) write(adds, dels []key, stats *Stats) error {
 			}
 		}
 	}
-	return errs.err()
-}
-
-// maxErrors bounds the errors one write reports: a failure that hits
-// every entry (a set destroyed under lbd, a full set) would otherwise make
-// a log line and a status of megabytes.
-const maxErrors = 5
-
-// errList keeps the first maxErrors errors and counts the others.
-type errList struct {
-	errs []error
-	more int
-}
-
-func (l *errList) add(err error) {
-	if len(l.errs) == maxErrors {
-		l.more++
-		return
-	}
-	l.errs = append(l.errs, err)
-}
-
-func (l *errList) err() error {
-	if l.more > 0 {
-		return errors.Join(append(l.errs, fmt.Errorf("and %d more entries that failed", l.more))...)
-	}
-	return errors.Join(l.errs...)
+	return errs.Err()
 }
 
 // applyFull counts st's members from scratch and makes the kernel's sets
