@@ -36,6 +36,15 @@
 // the query starts over; an index of 0 is never used as a wait index; and
 // every loop is rate-limited, so a misbehaving index cannot make it spin.
 //
+// A restarted Consul server elects itself leader and answers default
+// reads before it has replayed its log: for a moment the catalog is empty
+// at index 1, and believing it would drain every Consul-fed service. So
+// the non-blocking reads (the triggers' first read after errors or a
+// reset) and the service reads of a datacenter whose triggers have not
+// both answered since are made in consistent mode, which Consul refuses
+// ("Not ready to serve consistent reads") until its state has caught up.
+// Once settled, reads go back to the cheaper default mode.
+//
 // # Errors and ACLs
 //
 // On errors the Watcher keeps the last known instances, marks snapshots

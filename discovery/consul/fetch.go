@@ -20,12 +20,13 @@ type fetchResult struct {
 }
 
 // fetchAll reads keys, at most MaxConcurrency at a time, then asks Consul
-// whether the empty answers among them were the token's doing.
+// whether the empty answers among them were the token's doing. Reads in
+// the datacenters consistent names are consistent (see dcState.settled).
 //
 // A read that cannot reach the agent at all (no answer, as opposed to an
 // error status) ends the refresh: the others would wait for the same
 // timeout one after the other, and all are retried after a backoff.
-func (l *loop) fetchAll(ctx context.Context, keys []fetchKey) []fetchResult {
+func (l *loop) fetchAll(ctx context.Context, keys []fetchKey, consistent map[string]bool) []fetchResult {
 	res := make([]fetchResult, len(keys))
 	fctx, abort := context.WithCancel(ctx)
 	defer abort()
@@ -41,7 +42,7 @@ func (l *loop) fetchAll(ctx context.Context, keys []fetchKey) []fetchResult {
 			defer wg.Done()
 			for i := range next {
 				if fctx.Err() == nil {
-					res[i] = l.fetch(fctx, keys[i])
+					res[i] = l.fetch(fctx, keys[i], consistent[keys[i].dc])
 				}
 				if err := res[i].err; err != nil && !isAnswered(err) && fctx.Err() == nil {
 					once.Do(func() { cause = err; abort() })
@@ -73,7 +74,7 @@ func isStatusError(err error) bool {
 	return errors.As(err, &se)
 }
 
-func (l *loop) fetch(ctx context.Context, k fetchKey) (res fetchResult) {
+func (l *loop) fetch(ctx context.Context, k fetchKey, consistent bool) (res fetchResult) {
 	var panicked error
 	defer func() {
 		if panicked != nil {
@@ -83,7 +84,7 @@ func (l *loop) fetch(ctx context.Context, k fetchKey) (res fetchResult) {
 	defer l.recoverAnswer(fmt.Sprintf("reading %s", k), &panicked)
 	ctx, cancel := context.WithTimeout(ctx, l.opts.RequestTimeout)
 	defer cancel()
-	q := (&api.QueryOptions{Datacenter: k.dc}).WithContext(ctx)
+	q := (&api.QueryOptions{Datacenter: k.dc, RequireConsistent: consistent}).WithContext(ctx)
 	// All health states: PassingOnly is applied by the loop, which needs
 	// the nodes of unhealthy instances too.
 	entries, meta, err := l.opts.Client.Health().ServiceMultipleTags(k.service, k.tagList(), false, q)

@@ -34,6 +34,10 @@ type pollState struct {
 	index   uint64
 	err     error
 	outcome bool // answered or failed at least once
+	// settled: answered since the latest sign that the agent went away.
+	// Its non-blocking re-read was consistent (see pollOnce), so the
+	// agent's state store had caught up by then.
+	settled bool
 }
 
 // ready reports whether both triggers have had a first outcome. Reads of
@@ -64,7 +68,21 @@ func (d *dcState) maxIndex() uint64 {
 func (d *dcState) suspect() {
 	for k := range d.polls {
 		d.polls[k].index = 0
+		d.polls[k].settled = false
 	}
+}
+
+// settled reports whether every trigger has answered since the latest
+// sign that the agent went away. Until then reads of the datacenter's
+// services are consistent: a restarted server's default reads may come
+// from a state store that has not replayed its log yet.
+func (d *dcState) settled() bool {
+	for _, p := range d.polls {
+		if !p.settled {
+			return false
+		}
+	}
+	return true
 }
 
 // fetchState is what is known of one /v1/health/service read.
@@ -285,6 +303,7 @@ func (l *loop) onPoll(ev pollEvent) {
 	}
 	ps.err = nil
 	ps.index = ev.index
+	ps.settled = true
 	l.contacted = true
 	l.log.Debug("Consul change trigger", "endpoint", ev.kind.String(), "datacenter", d.name, "index", ev.index, "reset", ev.reset)
 	if ev.reset {
@@ -376,16 +395,19 @@ func (l *loop) maybeRefresh(ctx context.Context) {
 		l.refreshTimer.Reset(d)
 		return
 	}
+	consistent := map[string]bool{}
 	for _, k := range keys {
 		delete(l.pending, k)
-		l.fetches[k].seen = l.dcs[k.dc].maxIndex()
+		d := l.dcs[k.dc]
+		l.fetches[k].seen = d.maxIndex()
+		consistent[k.dc] = !d.settled()
 	}
 	l.log.Debug("reading Consul services", "count", len(keys))
 	l.refreshing = true
 	l.wg.Add(1)
 	go func() {
 		defer l.wg.Done()
-		res := l.fetchAll(ctx, keys)
+		res := l.fetchAll(ctx, keys, consistent)
 		select {
 		case l.results <- res:
 		case <-ctx.Done():

@@ -162,7 +162,12 @@ func (l *loop) poll(ctx context.Context, d *dcState, kind pollKind) {
 // non-blocking.
 func (l *loop) pollOnce(ctx context.Context, dc string, kind pollKind, wait uint64) (_ pollEvent, err error) {
 	defer l.recoverAnswer(fmt.Sprintf("watching %s%s", kind, inDC(dc)), &err)
-	q := &api.QueryOptions{Datacenter: dc}
+	// A non-blocking read is the first, or follows a sign that the agent
+	// went away. A restarted server answers default reads from a state
+	// store that has not replayed its log yet (an empty catalog, index 1)
+	// until its leadership is established; a consistent read waits for
+	// that, or fails.
+	q := &api.QueryOptions{Datacenter: dc, RequireConsistent: wait == 0}
 	timeout := l.opts.RequestTimeout
 	if wait > 0 {
 		q.WaitIndex, q.WaitTime = wait, l.opts.WaitTime
