@@ -1,0 +1,415 @@
+package vrrp
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"maps"
+	"net/netip"
+	"sync"
+	"time"
+)
+
+// Packet is one received VRRP packet: an advert, or why it was refused
+// before it could be read (a bad checksum, a TTL other than 255).
+type Packet struct {
+	Src    netip.Addr
+	Advert Advert
+	// Err is set when the packet was refused; Reason names the refusal
+	// for counting ("checksum", "ttl", ...).
+	Err    error
+	Reason string
+}
+
+// Conn is the VRRP socket of one interface and family.
+type Conn interface {
+	// Receive blocks for the next packet; it fails once the Conn is
+	// closed.
+	Receive() (Packet, error)
+	// Send sends a to dst (the multicast group or a unicast peer).
+	Send(a Advert, dst netip.Addr) error
+	Close() error
+}
+
+// Link names a Conn: an interface and an address family (4 or 6).
+type Link struct {
+	Interface string
+	Family    int
+}
+
+// InstanceSpec is one instance the Runner runs.
+type InstanceSpec struct {
+	Name string
+	Link Link
+	// Params must have Self set: the address this box's adverts come from
+	// on the link.
+	Params Params
+}
+
+// GroupSpec is a sync group of instances (Name "" for an instance of its
+// own).
+type GroupSpec struct {
+	Name      string
+	Instances []InstanceSpec
+}
+
+// Event is a transition of one instance.
+type Event struct {
+	Instance, Group string
+	Transition
+	Priority uint8
+	At       time.Time
+}
+
+// Options configure a Runner.
+type Options struct {
+	Groups []GroupSpec
+	// Dial opens the Conn of a link.
+	Dial func(Link) (Conn, error)
+	// OnEvent is called, from the Runner's goroutine, on every transition
+	// and re-announcement, in order; it must not block for long.
+	OnEvent func(Event)
+	// OnAnnounce asks for the instance's addresses to be announced again
+	// (gratuitous ARP, unsolicited neighbour advertisements).
+	OnAnnounce func(instance string)
+	Logger     *slog.Logger
+	Now        func() time.Time // time.Now when nil
+}
+
+// instance is the Runner's view of one instance.
+type instance struct {
+	spec   InstanceSpec
+	group  *Group
+	member int
+	conn   Conn
+	stats  Stats
+	since  time.Time
+	// failing: the latest send failed (its error was logged).
+	failing bool
+}
+
+// Runner runs VRRP instances: it reads adverts, keeps the timers, sends
+// adverts and reports transitions. One goroutine owns all state machines.
+type Runner struct {
+	opts      Options
+	groups    []*Group
+	instances []*instance
+	conns     map[Link]Conn
+	packets   chan received
+	faults    chan faultChange
+
+	mu     sync.Mutex // guards status
+	status []Status
+}
+
+type received struct {
+	link Link
+	pkt  Packet
+}
+
+type faultChange struct {
+	instance string
+	fault    bool
+}
+
+// New checks the specs and returns a Runner; Run starts it.
+func New(opts Options) (*Runner, error) {
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	r := &Runner{opts: opts, conns: map[Link]Conn{}, packets: make(chan received, 64), faults: make(chan faultChange, 16)}
+	seen := map[string]bool{}
+	for _, gs := range opts.Groups {
+		var ms []*Machine
+		for _, is := range gs.Instances {
+			if seen[is.Name] {
+				return nil, fmt.Errorf("VRRP instance %q given twice", is.Name)
+			}
+			seen[is.Name] = true
+			if !is.Params.Self.IsValid() {
+				return nil, fmt.Errorf("VRRP instance %q: no source address on %s", is.Name, is.Link.Interface)
+			}
+			ms = append(ms, NewMachine(is.Params))
+		}
+		g := NewGroup(gs.Name, ms...)
+		r.groups = append(r.groups, g)
+		for i, is := range gs.Instances {
+			r.instances = append(r.instances, &instance{spec: is, group: g, member: i})
+		}
+	}
+	r.publish()
+	return r, nil
+}
+
+// Stats count an instance's adverts.
+type Stats struct {
+	Sent, Received uint64
+	SendErrors     uint64
+	// Refused counts adverts for the instance's VRID that it did not take,
+	// by reason.
+	Refused     map[Refusal]uint64
+	Transitions uint64
+}
+
+// Status is one instance as Status reports it.
+type Status struct {
+	Name, Group string
+	Link        Link
+	VRID        uint8
+	Version     int
+	Priority    uint8
+	State       State
+	Since       time.Time
+	// Master is the master last heard (this box when master); invalid
+	// when none.
+	Master         netip.Addr
+	MasterPriority uint8
+	Stats
+}
+
+// Status returns every instance's state, in configuration order.
+func (r *Runner) Status() []Status {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	// publish stores fresh copies and never touches them again.
+	return r.status
+}
+
+// SetFault tells an instance whether one of its tracked interfaces is
+// down. It blocks until the Runner takes it, or ctx ends.
+func (r *Runner) SetFault(ctx context.Context, instance string, fault bool) {
+	select {
+	case r.faults <- faultChange{instance, fault}:
+	case <-ctx.Done():
+	}
+}
+
+// Run runs the instances until ctx ends, then stops them: masters send
+// priority 0 and report their transition to Init before Run returns.
+func (r *Runner) Run(ctx context.Context) error {
+	if err := r.dial(); err != nil {
+		return err
+	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	for link, c := range r.conns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r.read(link, c, done)
+		}()
+	}
+	defer func() {
+		close(done)
+		for _, c := range r.conns {
+			c.Close()
+		}
+		wg.Wait()
+	}()
+	now := r.opts.Now()
+	for _, g := range r.groups {
+		r.apply(g, g.Start(now))
+	}
+	r.publish()
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		r.arm(timer)
+		select {
+		case <-ctx.Done():
+			for _, g := range r.groups {
+				r.apply(g, g.Stop())
+			}
+			r.publish()
+			return nil
+		case p := <-r.packets:
+			r.onPacket(p)
+		case f := <-r.faults:
+			r.onFault(f)
+		case <-timer.C:
+			now := r.opts.Now()
+			for _, g := range r.groups {
+				if d := g.Deadline(); !d.IsZero() && !now.Before(d) {
+					r.apply(g, g.Tick(now))
+				}
+			}
+		}
+		r.publish()
+	}
+}
+
+func (r *Runner) dial() error {
+	for _, in := range r.instances {
+		c, ok := r.conns[in.spec.Link]
+		if !ok {
+			var err error
+			if c, err = r.opts.Dial(in.spec.Link); err != nil {
+				for _, c := range r.conns {
+					c.Close()
+				}
+				return fmt.Errorf("VRRP instance %s: %w", in.spec.Name, err)
+			}
+			r.conns[in.spec.Link] = c
+		}
+		in.conn = c
+	}
+	return nil
+}
+
+// arm sets timer to the earliest deadline of any group.
+func (r *Runner) arm(timer *time.Timer) {
+	var next time.Time
+	for _, g := range r.groups {
+		if d := g.Deadline(); !d.IsZero() && (next.IsZero() || d.Before(next)) {
+			next = d
+		}
+	}
+	wait := time.Hour
+	if !next.IsZero() {
+		wait = max(next.Sub(r.opts.Now()), 0)
+	}
+	if !timer.Stop() {
+		select {
+		case <-timer.C:
+		default:
+		}
+	}
+	timer.Reset(wait)
+}
+
+func (r *Runner) read(link Link, c Conn, done <-chan struct{}) {
+	for {
+		p, err := c.Receive()
+		if err != nil {
+			select {
+			case <-done:
+			default:
+				r.opts.Logger.Error("VRRP socket failed; no more adverts are read on it", "interface", link.Interface, "family", link.Family, "error", err)
+			}
+			return
+		}
+		select {
+		case r.packets <- received{link, p}:
+		case <-done:
+			return
+		}
+	}
+}
+
+func (r *Runner) onPacket(p received) {
+	if p.pkt.Err != nil {
+		r.opts.Logger.Debug("VRRP packet refused", "interface", p.link.Interface, "from", p.pkt.Src, "reason", p.pkt.Reason, "error", p.pkt.Err)
+		return
+	}
+	now := r.opts.Now()
+	for _, in := range r.instances {
+		if in.spec.Link != p.link || in.spec.Params.VRID != p.pkt.Advert.VRID {
+			continue
+		}
+		m := in.group.Members()[in.member]
+		if why := m.Check(p.pkt.Src, p.pkt.Advert); why != Taken {
+			r.refuse(in, why, p.pkt.Src)
+			continue
+		}
+		in.stats.Received++
+		r.apply(in.group, in.group.Receive(now, in.member, p.pkt.Src, p.pkt.Advert))
+	}
+}
+
+func (r *Runner) refuse(in *instance, why Refusal, src netip.Addr) {
+	if in.stats.Refused == nil {
+		in.stats.Refused = map[Refusal]uint64{}
+	}
+	in.stats.Refused[why]++
+	if why == RefusedSelf {
+		return
+	}
+	// One warning per reason and instance: a misconfigured peer sends
+	// several adverts a second.
+	if in.stats.Refused[why] == 1 {
+		r.opts.Logger.Warn("VRRP advert refused; further ones for the same reason are only counted",
+			"instance", in.spec.Name, "from", src, "reason", why.String())
+	}
+}
+
+func (r *Runner) onFault(f faultChange) {
+	now := r.opts.Now()
+	for _, in := range r.instances {
+		if in.spec.Name == f.instance {
+			r.apply(in.group, in.group.SetFault(now, in.member, f.fault))
+		}
+	}
+}
+
+// apply carries out a group's steps: adverts out, transitions reported.
+func (r *Runner) apply(g *Group, steps []Step) {
+	for _, st := range steps {
+		in := r.member(g, st.Member)
+		for _, a := range st.Send {
+			r.send(in, a)
+		}
+		if t := st.Transition; t != nil {
+			in.stats.Transitions++
+			in.since = r.opts.Now()
+			r.opts.Logger.Info("VRRP transition", "instance", in.spec.Name, "group", g.Name,
+				"from", t.From.String(), "to", t.To.String(), "cause", t.Cause.String())
+			if r.opts.OnEvent != nil {
+				r.opts.OnEvent(Event{Instance: in.spec.Name, Group: g.Name, Transition: *t, Priority: in.spec.Params.Priority, At: in.since})
+			}
+		}
+		if st.Announce && r.opts.OnAnnounce != nil {
+			r.opts.OnAnnounce(in.spec.Name)
+		}
+	}
+}
+
+func (r *Runner) member(g *Group, i int) *instance {
+	for _, in := range r.instances {
+		if in.group == g && in.member == i {
+			return in
+		}
+	}
+	panic("vrrp: step for an unknown member")
+}
+
+func (r *Runner) send(in *instance, a Advert) {
+	dsts := in.spec.Params.Peers
+	if len(dsts) == 0 {
+		dsts = []netip.Addr{Group4}
+		if in.spec.Link.Family == 6 {
+			dsts = []netip.Addr{Group6}
+		}
+	}
+	for _, dst := range dsts {
+		if err := in.conn.Send(a, dst); err != nil {
+			in.stats.SendErrors++
+			// Once per run of failures: a dead link fails every advert.
+			if !in.failing {
+				r.opts.Logger.Warn("VRRP advert not sent; further failures are only counted", "instance", in.spec.Name, "to", dst, "error", err)
+			}
+			in.failing = true
+			continue
+		}
+		in.failing = false
+		in.stats.Sent++
+	}
+}
+
+// publish copies the instances' state for Status.
+func (r *Runner) publish() {
+	st := make([]Status, len(r.instances))
+	for i, in := range r.instances {
+		m := in.group.Members()[in.member]
+		master, prio := m.MasterSeen()
+		p := in.spec.Params
+		st[i] = Status{Name: in.spec.Name, Group: in.group.Name, Link: in.spec.Link, VRID: p.VRID, Version: p.Version,
+			Priority: p.Priority, State: m.State(), Since: in.since, Master: master, MasterPriority: prio, Stats: in.stats}
+		st[i].Refused = maps.Clone(in.stats.Refused)
+	}
+	r.mu.Lock()
+	r.status = st
+	r.mu.Unlock()
+}
