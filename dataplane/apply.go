@@ -11,6 +11,7 @@ import (
 	"github.com/lbdproject/lbd/dataplane/addrs"
 	"github.com/lbdproject/lbd/dataplane/conntrack"
 	"github.com/lbdproject/lbd/dataplane/desired"
+	"github.com/lbdproject/lbd/dataplane/floating"
 	"github.com/lbdproject/lbd/dataplane/ipset"
 	"github.com/lbdproject/lbd/dataplane/iptables"
 	"github.com/lbdproject/lbd/dataplane/ipvs"
@@ -25,6 +26,11 @@ type IPVSApplier interface {
 // AddrApplier is what the dataplane needs of the VIP address applier.
 type AddrApplier interface {
 	Apply(vips []netip.Addr, full bool) (addrs.Stats, error)
+}
+
+// FloatingApplier keeps the failover pair's floating addresses.
+type FloatingApplier interface {
+	Apply(fl []desired.Floating, full bool) (floating.Stats, error)
 }
 
 // SetApplier keeps lbd's ipsets.
@@ -58,6 +64,7 @@ type ConntrackCleaner = conntrack.Deleter
 type appliers struct {
 	ipvs     IPVSApplier
 	addrs    AddrApplier
+	floating FloatingApplier  // nil without failover
 	timeouts TimeoutApplier   // nil without one
 	ct       *conntrack.Queue // nil without a cleaner
 	sets     SetApplier
@@ -106,7 +113,7 @@ func (a *appliers) apply(st *desired.State, cfg *config.Config, full bool) outco
 	// and addresses before its ipsets.
 	var wg sync.WaitGroup
 	var addrPart, filterPart part
-	wg.Go(func() { addrPart = a.applyAddrs(st.VIPs, full) })
+	wg.Go(func() { addrPart = a.applyAddrs(st, full) })
 	wg.Go(func() { filterPart = a.applyFilter(st, cfg, full) })
 	ipvsPart, ir := a.applyIPVS(st.Services, full)
 	wg.Wait()
@@ -144,10 +151,16 @@ func (p *part) add(dumps, writes int, err error, format string, args ...any) {
 	}
 }
 
-func (a *appliers) applyAddrs(vips []netip.Addr, full bool) part {
+// applyAddrs binds the VIPs on the dummy link, then the floating
+// addresses on their links.
+func (a *appliers) applyAddrs(st *desired.State, full bool) part {
 	var p part
-	as, err := a.addrs.Apply(vips, full)
+	as, err := a.addrs.Apply(st.VIPs, full)
 	p.add(as.Dumps, as.Writes, err, "addresses")
+	if a.floating != nil {
+		fs, err := a.floating.Apply(st.Floating, full)
+		p.add(fs.Dumps, fs.Writes, err, "floating addresses")
+	}
 	return p
 }
 

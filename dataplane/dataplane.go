@@ -78,6 +78,7 @@ type inputs struct {
 	healthVersion uint64 // counts SetHealth calls
 	hostAddrs     []netip.Addr
 	serving       desired.Serving
+	floating      []desired.Floating
 	// changedAt is when the first input change not synced yet arrived,
 	// for the network-programming latency.
 	changedAt time.Time
@@ -126,6 +127,7 @@ type Options struct {
 	IPVS  IPVSApplier
 	Addrs AddrApplier
 	// The rest is optional.
+	Floating  FloatingApplier
 	Timeouts  ipvs.TimeoutSetter
 	Conntrack ConntrackCleaner
 	Sets      SetApplier
@@ -145,7 +147,7 @@ func New(opts Options) *Dataplane {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	d := &Dataplane{
-		apply: appliers{ipvs: opts.IPVS, addrs: opts.Addrs, sets: opts.Sets,
+		apply: appliers{ipvs: opts.IPVS, addrs: opts.Addrs, floating: opts.Floating, sets: opts.Sets,
 			filters: opts.Filters, announce: opts.Announce, log: opts.Logger},
 		log: opts.Logger,
 	}
@@ -203,6 +205,19 @@ func (d *Dataplane) SetHostAddrs(addrs []netip.Addr) {
 // and asks for a sync. Until it is called every VIP is served.
 func (d *Dataplane) SetServing(s desired.Serving) {
 	d.set(func(in *inputs) { in.serving = s })
+}
+
+// SetFailover replaces which VIPs this box serves and the state of the
+// floating addresses, together: a VRRP transition moves both.
+func (d *Dataplane) SetFailover(s desired.Serving, fl []desired.Floating) {
+	d.set(func(in *inputs) { in.serving, in.floating = s, fl })
+}
+
+// Release runs one last sync with the latest inputs, in the caller's
+// goroutine, after Loop has returned: lbd stops leaving the dataplane in
+// place, except what a failover pair must give up (see SetFailover).
+func (d *Dataplane) Release(ctx context.Context) error {
+	return d.sync(ctx, runner.Release)
 }
 
 // SetRestartBaseline gives the safety valve of the first sync what lbd's

@@ -95,7 +95,7 @@ func (d *Dataplane) desired() (desired.State, valve.Input, bool) {
 		return desired.State{}, valve.Input{}, false
 	}
 	in := desired.Input{Config: src.Config, Discovered: src.Reals, DiscoveredServices: src.Services,
-		Health: d.in.health, HealthVersion: d.in.healthVersion + 1, HostAddrs: d.in.hostAddrs, Serving: d.in.serving, Prev: d.computed}
+		Health: d.in.health, HealthVersion: d.in.healthVersion + 1, HostAddrs: d.in.hostAddrs, Serving: d.in.serving, Floating: d.in.floating, Prev: d.computed}
 	st := desired.Compute(in)
 	in.Prev = nil
 	return st, valve.Input{Sources: in, Edition: src.Edition}, true

@@ -121,8 +121,11 @@ type State struct {
 	VIPs     []netip.Addr // addresses to bind on the dummy interface, sorted
 	// NodeAddrs are the box's addresses serving NodePort-like services.
 	NodeAddrs []netip.Addr
-	// Announce lists, per interface, the IPv4 VIPs lbd answers ARP for.
+	// Announce lists, per interface, the IPv4 VIPs lbd answers ARP for,
+	// and the floating IPv4 addresses it holds there.
 	Announce map[string][]netip.Addr
+	// Floating are the failover addresses, held or not (Input.Floating).
+	Floating []Floating
 	// serving is Input.Serving: VIPs and Announce hold only what it
 	// serves, and KeepRemoved keeps nothing else bound.
 	serving Serving
@@ -214,6 +217,8 @@ type Input struct {
 	// Serving says which VIPs this box binds and announces (VIPs,
 	// Announce); the zero value serves all.
 	Serving Serving
+	// Floating are the failover pair's addresses on the box's own links.
+	Floating []Floating
 	// HealthVersion, when not 0, names Health: the caller promises that
 	// equal versions mean equal health. With Prev, it lets Compute reuse the
 	// destinations of services whose inputs are the very same (the same
@@ -230,6 +235,13 @@ func Compute(in Input) State {
 	services := in.Config.Services
 	if len(in.DiscoveredServices) > 0 {
 		services = append(slices.Clip(services), in.DiscoveredServices...)
+	}
+	in.Serving = in.Serving.resolve(services)
+	st.serving, st.Floating = in.Serving, in.Floating
+	for _, f := range in.Floating {
+		if !f.Held && f.Prefix.Addr().Is4() {
+			st.Announce[f.Link] = append(st.Announce[f.Link], f.Prefix.Addr())
+		}
 	}
 	st.VIPs = vips(services, in.Prev, in.Serving)
 	st.NodeAddrs = nodeAddrs(in.Config, in.HostAddrs, st.VIPs)

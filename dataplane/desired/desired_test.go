@@ -304,6 +304,16 @@ func TestKeepRemoved(t *testing.T) {
 	}
 }
 
+// A floating address the box gave up is not announced by a held sync.
+func TestKeepRemovedHeldFloating(t *testing.T) {
+	inside := netip.MustParsePrefix("198.18.3.1/24")
+	prev := State{Announce: map[string][]netip.Addr{"eth1": {inside.Addr()}}, Floating: []Floating{{Prefix: inside, Link: "eth1"}}}
+	next := State{Announce: map[string][]netip.Addr{}, Floating: []Floating{{Prefix: inside, Link: "eth1", Held: true}}}
+	if got := KeepRemoved(prev, next); len(got.Announce["eth1"]) != 0 {
+		t.Errorf("announced on eth1: %v, want nothing", got.Announce["eth1"])
+	}
+}
+
 // TestDestSize guards a State's per-destination cost (100,000 at scale):
 // the forwarding method lives in the real server, not here.
 func TestDestSize(t *testing.T) {

@@ -33,7 +33,7 @@ func KeepRemoved(prev, next State) State {
 	out.NodeAddrs = unionAddrs(prev.NodeAddrs, next.NodeAddrs)
 	out.Announce = make(map[string][]netip.Addr, len(next.Announce))
 	for iface, vips := range prev.Announce {
-		out.Announce[iface] = next.serving.filter(vips)
+		out.Announce[iface] = next.heldFloating(next.serving.filter(vips))
 	}
 	for iface, vips := range next.Announce {
 		out.Announce[iface] = unionAddrs(out.Announce[iface], vips)
@@ -107,4 +107,15 @@ func unionAddrs(a, b []netip.Addr) []netip.Addr {
 	out := append(slices.Clone(a), b...)
 	slices.SortFunc(out, netip.Addr.Compare)
 	return slices.Compact(out)
+}
+
+// heldFloating returns addrs without st's held floating addresses: a
+// backup never answers ARP for them.
+func (st State) heldFloating(addrs []netip.Addr) []netip.Addr {
+	for _, f := range st.Floating {
+		if f.Held && slices.Contains(addrs, f.Prefix.Addr()) {
+			addrs = slices.DeleteFunc(slices.Clone(addrs), func(a netip.Addr) bool { return a == f.Prefix.Addr() })
+		}
+	}
+	return addrs
 }

@@ -36,6 +36,10 @@ real_server = [{ address = "10.0.0.2" }]
 		{"another service's VIP", ServeOnly(dns), "[192.0.2.53]", "[]"},
 		{"standby: none", ServeOnly(), "[]", "[]"},
 		{"an address no service has", ServeOnly(netip.MustParseAddr("192.0.2.99"), a), "[192.0.2.10]", "[192.0.2.10]"},
+		{"VRRP backup of web", HoldServices(false, "web"), "[192.0.2.53]", "[]"},
+		{"VRRP backup of dns", HoldServices(false, "dns", "no-such"), "[192.0.2.10 192.0.2.11]", "[192.0.2.10 192.0.2.11]"},
+		{"VRRP backup of all", HoldServices(true), "[]", "[]"},
+		{"VRRP master of all", HoldServices(false), "[192.0.2.10 192.0.2.11 192.0.2.53]", "[192.0.2.10 192.0.2.11]"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -50,5 +54,29 @@ real_server = [{ address = "10.0.0.2" }]
 				t.Errorf("%d virtual servers, want all 3 whatever is served", len(st.Services))
 			}
 		})
+	}
+}
+
+// Floating addresses come through as they are; the IPv4 ones not held are
+// announced on their link, so that becoming master sends gratuitous ARP.
+func TestComputeFloating(t *testing.T) {
+	cfg := parse(t, `
+[[service]]
+name = "web"
+vips = ["192.0.2.10"]
+port = 80
+real_server = [{ address = "10.0.0.1" }]
+`)
+	fl := []Floating{
+		{Prefix: netip.MustParsePrefix("198.18.3.1/24"), Link: "eth1"},
+		{Prefix: netip.MustParsePrefix("198.18.2.10/32"), Link: "eth0", Held: true},
+		{Prefix: netip.MustParsePrefix("2001:2:0:3::1/64"), Link: "eth1"},
+	}
+	st := Compute(Input{Config: cfg, Floating: fl})
+	if len(st.Floating) != 3 || st.Floating[1] != fl[1] {
+		t.Errorf("Floating %v, want %v", st.Floating, fl)
+	}
+	if got := fmt.Sprint(st.Announce); got != "map[eth1:[198.18.3.1]]" {
+		t.Errorf("Announce %s, want the IPv4 floating address not held, on its link", got)
 	}
 }

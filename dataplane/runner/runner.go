@@ -39,6 +39,10 @@ const (
 	// Drift: Repair was called (the kernel told of a change lbd did not
 	// make); a full reconcile, as soon as MinInterval allows.
 	Drift
+	// Release: the last sync as lbd stops, outside the loop, giving up
+	// what a failover pair's standby must not hold; it writes only what
+	// changed.
+	Release
 )
 
 func (r Reason) String() string {
@@ -53,13 +57,15 @@ func (r Reason) String() string {
 		return "initial"
 	case Drift:
 		return "drift"
+	case Release:
+		return "release"
 	}
 	return "unknown"
 }
 
 // Full reports whether a sync for this reason should reconcile against a
 // fresh dump of the kernel rather than trust what it last wrote.
-func (r Reason) Full() bool { return r != Requested }
+func (r Reason) Full() bool { return r != Requested && r != Release }
 
 // SyncFunc does one sync. Its error schedules a retry.
 type SyncFunc func(ctx context.Context, why Reason) error
