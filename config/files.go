@@ -15,9 +15,9 @@ import (
 // will use them: the Consul token_file (one non-empty line), the
 // [consul.tls] ca_file (PEM with at least one certificate) and cert_file
 // with key_file (a key pair), each a regular file of at most 1 MiB that
-// can be read; and the program of each exec health check (a regular,
-// executable file). Problems are an ErrorList located at the key that
-// names the file. Load runs it; Parse does not.
+// can be read; and the program of each exec health check and each VRRP
+// notify key (a regular, executable file). Problems are an ErrorList
+// located at the key that names the file. Load runs it; Parse does not.
 func (c *Config) CheckFiles() error {
 	sink := &errorSink{}
 	c.checkFiles(sink)
@@ -87,6 +87,7 @@ func (c *Config) checkFiles(sink *errorSink) {
 	c.checkPrograms(func(key string, hc *HealthCheck, format string, args ...any) {
 		problem(key, hc.Pos, format, args...)
 	})
+	c.checkNotifyPrograms(problem)
 }
 
 // checkPrograms checks the program of each exec health check once.

@@ -50,11 +50,17 @@ type Config struct {
 	Consul    Consul
 	Services  []Service
 
+	// VRRP and VRRPSyncGroups are the main file's [[vrrp]] and
+	// [[vrrp_sync_group]] tables (see vrrp.go).
+	VRRP           []VRRPInstance
+	VRRPSyncGroups []VRRPSyncGroup
+
 	// Files lists every file the snapshot was read from, main file first.
 	Files []string
 
 	// refPos locates the keys that name files (token_file, ca_file ...,
-	// each exec check's command) by key path, for CheckFiles.
+	// each exec check's command, the VRRP notify programs) by key path,
+	// for CheckFiles.
 	refPos map[string]Pos
 }
 

@@ -21,6 +21,8 @@ func TestCommands(t *testing.T) {
 		errorMsg string
 	}{
 		{"valid example", []string{"check-config", "../../examples/lbd.toml"}, 0, "configuration is valid: 3 services, 6 static real servers, from 2 files", ""},
+		{"failover pair, box A", []string{"check-config", "../../examples/pair/lbd-a.toml"}, 0, "configuration is valid: 3 services", ""},
+		{"failover pair, box B", []string{"check-config", "../../examples/pair/lbd-b.toml"}, 0, "configuration is valid: 3 services", ""},
 		{"invalid file", []string{"check-config", bad}, 1, "", bad + ":4:1: service[0].port: 99999 is out of range"},
 		{"missing file", []string{"check-config", bad + ".missing"}, 1, "", "no such file or directory"},
 		{"too many args", []string{"check-config", "a", "b"}, 1, "", "accepts at most 1 arg"},

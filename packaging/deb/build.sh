@@ -78,6 +78,8 @@ install -d "$doc/examples/conf.d"
 install -m 0644 $pkg/copyright "$doc/copyright"
 install -m 0644 examples/lbd.toml "$doc/examples/lbd.toml"
 install -m 0644 examples/conf.d/*.toml "$doc/examples/conf.d/"
+install -d "$doc/examples/pair"
+install -m 0644 examples/pair/*.toml "$doc/examples/pair/"
 install -m 0644 docs/config-reference.md "$doc/config-reference.md"
 gzip -9n "$doc/config-reference.md"
 # Native package: the changelog is changelog.gz, one entry per build.
