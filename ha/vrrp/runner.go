@@ -26,8 +26,9 @@ type Conn interface {
 	// Receive blocks for the next packet; it fails once the Conn is
 	// closed.
 	Receive() (Packet, error)
-	// Send sends a to dst (the multicast group or a unicast peer).
-	Send(a Advert, dst netip.Addr) error
+	// SendFrom sends a from src (the instance's address on the link) to
+	// dst (the multicast group or a unicast peer).
+	SendFrom(a Advert, src, dst netip.Addr) error
 	Close() error
 }
 
@@ -384,7 +385,7 @@ func (r *Runner) send(in *instance, a Advert) {
 		}
 	}
 	for _, dst := range dsts {
-		if err := in.conn.Send(a, dst); err != nil {
+		if err := in.conn.SendFrom(a, in.spec.Params.Self, dst); err != nil {
 			in.stats.SendErrors++
 			// Once per run of failures: a dead link fails every advert.
 			if !in.failing {

@@ -49,7 +49,7 @@ func (c *wireConn) Receive() (Packet, error) {
 	}
 }
 
-func (c *wireConn) Send(a Advert, dst netip.Addr) error {
+func (c *wireConn) SendFrom(a Advert, _, dst netip.Addr) error {
 	c.w.mu.Lock()
 	defer c.w.mu.Unlock()
 	if c.w.cut {
