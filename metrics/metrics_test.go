@@ -16,6 +16,7 @@ import (
 	"github.com/lbdproject/lbd/dataplane"
 	"github.com/lbdproject/lbd/dataplane/ipvs"
 	"github.com/lbdproject/lbd/dataplane/runner"
+	"github.com/lbdproject/lbd/ha/vrrp"
 	"github.com/lbdproject/lbd/lvs"
 )
 
@@ -186,6 +187,37 @@ lbd_ipvs_real_server_connections{real_server="10.0.0.1:8080",service="web",state
 lbd_ipvs_real_server_connections{real_server="10.0.0.1:8080",service="web",state="inactive",virtual_server="192.0.2.10:80/tcp"} 9
 `
 	if err := testutil.GatherAndCompare(m.Registry(), strings.NewReader(want), "lbd_ipvs_real_server_connections"); err != nil {
+		t.Error(err)
+	}
+}
+
+func TestVRRPMetrics(t *testing.T) {
+	m := New()
+	st := []vrrp.Status{{Name: "outside", State: vrrp.Master, Stats: vrrp.Stats{Sent: 50, Received: 2, Transitions: 2,
+		Refused: map[vrrp.Refusal]uint64{vrrp.RefusedPeer: 3, vrrp.RefusedSelf: 9}}}}
+	m.WatchVRRP(func() []vrrp.Status { return st })
+	want := `
+# HELP lbd_vrrp_master 1 while this box is the instance's master.
+# TYPE lbd_vrrp_master gauge
+lbd_vrrp_master{instance="outside"} 1
+# HELP lbd_vrrp_state 1 for the instance's current state (INIT, BACKUP, MASTER, FAULT), 0 for the others.
+# TYPE lbd_vrrp_state gauge
+lbd_vrrp_state{instance="outside",state="BACKUP"} 0
+lbd_vrrp_state{instance="outside",state="FAULT"} 0
+lbd_vrrp_state{instance="outside",state="INIT"} 0
+lbd_vrrp_state{instance="outside",state="MASTER"} 1
+# HELP lbd_vrrp_adverts_sent_total VRRP advertisements sent.
+# TYPE lbd_vrrp_adverts_sent_total counter
+lbd_vrrp_adverts_sent_total{instance="outside"} 50
+# HELP lbd_vrrp_adverts_refused_total VRRP advertisements for the instance's router that it refused, by reason (version, authentication, interval, addresses, peer).
+# TYPE lbd_vrrp_adverts_refused_total counter
+lbd_vrrp_adverts_refused_total{instance="outside",reason="peer"} 3
+# HELP lbd_vrrp_transitions_total State changes of the instance.
+# TYPE lbd_vrrp_transitions_total counter
+lbd_vrrp_transitions_total{instance="outside"} 2
+`
+	names := []string{"lbd_vrrp_master", "lbd_vrrp_state", "lbd_vrrp_adverts_sent_total", "lbd_vrrp_adverts_refused_total", "lbd_vrrp_transitions_total"}
+	if err := testutil.GatherAndCompare(m.Registry(), strings.NewReader(want), names...); err != nil {
 		t.Error(err)
 	}
 }

@@ -3,6 +3,8 @@ package status
 import (
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -67,6 +69,7 @@ func WriteText(w io.Writer, s Snapshot) error {
 		return err
 	}
 	writeConsul(&b, s.Time, s.Consul)
+	writeVRRP(&b, s.Time, s.VRRP, s.VRRPError)
 	for _, a := range s.Announce {
 		fmt.Fprintf(&b, "\nARP on %s (%s): %s for %s", a.Interface, a.MAC, a.State, strings.Join(a.VIPs, " "))
 		if a.Error != "" {
@@ -137,6 +140,32 @@ func writeConsul(b *strings.Builder, now time.Time, c *Consul) {
 		fmt.Fprintf(b, "registered in consul: %s %s (%s) %s", r.Name, r.Address, r.ID, state)
 		if r.Error != "" {
 			fmt.Fprintf(b, ": %s", r.Error)
+		}
+		b.WriteString("\n")
+	}
+}
+
+func writeVRRP(b *strings.Builder, now time.Time, vs []VRRP, why string) {
+	if why != "" {
+		fmt.Fprintf(b, "\nvrrp: NOT RUNNING, this box holds none of the pair's addresses: %s\n", why)
+	}
+	for _, v := range vs {
+		group := ""
+		if v.Group != "" {
+			group = " (group " + v.Group + ")"
+		}
+		fmt.Fprintf(b, "\nvrrp %s%s on %s IPv%d, VRID %d, version %d, priority %d: %s for %s, %d transitions\n",
+			v.Name, group, v.Interface, v.Family, v.VRID, v.Version, v.Priority, v.State, strings.TrimSuffix(ago(now, v.Since), " ago"), v.Transitions)
+		master := "none heard"
+		if v.Master != "" {
+			master = fmt.Sprintf("%s (priority %d)", v.Master, v.MasterPriority)
+		}
+		fmt.Fprintf(b, "  master: %s; adverts sent %d, received %d", master, v.Sent, v.Received)
+		if v.SendErrors > 0 {
+			fmt.Fprintf(b, ", send errors %d", v.SendErrors)
+		}
+		for _, reason := range slices.Sorted(maps.Keys(v.Refused)) {
+			fmt.Fprintf(b, ", refused (%s) %d", reason, v.Refused[reason])
 		}
 		b.WriteString("\n")
 	}

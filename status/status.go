@@ -28,6 +28,32 @@ type Snapshot struct {
 	Services []Service  `json:"services"`
 	Announce []Announce `json:"announce,omitempty"`
 	Consul   *Consul    `json:"consul,omitempty"`
+	// VRRP lists the failover instances; VRRPError says why they do not
+	// run (their sockets cannot be opened).
+	VRRP      []VRRP `json:"vrrp,omitempty"`
+	VRRPError string `json:"vrrp_error,omitempty"`
+}
+
+// VRRP is one VRRP instance of a failover pair.
+type VRRP struct {
+	Name      string    `json:"name"`
+	Group     string    `json:"group,omitempty"`
+	Interface string    `json:"interface"`
+	Family    int       `json:"family"`
+	VRID      int       `json:"vrid"`
+	Version   int       `json:"version"`
+	Priority  int       `json:"priority"`
+	State     string    `json:"state"`
+	Since     time.Time `json:"since,omitzero"`
+	// Master is the master last heard (this box's own address when it is
+	// master).
+	Master         string            `json:"master,omitempty"`
+	MasterPriority int               `json:"master_priority,omitempty"`
+	Transitions    uint64            `json:"transitions"`
+	Sent           uint64            `json:"adverts_sent"`
+	Received       uint64            `json:"adverts_received"`
+	SendErrors     uint64            `json:"send_errors"`
+	Refused        map[string]uint64 `json:"adverts_refused,omitempty"`
 }
 
 // Consul is the state of the Consul source, when it is enabled.

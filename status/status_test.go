@@ -157,3 +157,38 @@ consul: NOT REACHED yet: connection refused
 		})
 	}
 }
+
+func TestWriteTextVRRP(t *testing.T) {
+	now := time.Unix(1010, 0)
+	tests := []struct {
+		name string
+		vrrp []VRRP
+		why  string
+		want string
+	}{
+		{"master and a backup refusing adverts", []VRRP{
+			{Name: "outside4", Group: "pair", Interface: "eth0", Family: 4, VRID: 51, Version: 3, Priority: 150, State: "MASTER",
+				Since: time.Unix(830, 0), Master: "198.18.2.2", MasterPriority: 150, Transitions: 2, Sent: 900, Received: 3},
+			{Name: "inside", Interface: "eth1", Family: 6, VRID: 52, Version: 3, Priority: 100, State: "BACKUP",
+				Since: time.Unix(1000, 0), Received: 10, Refused: map[string]uint64{"peer": 4, "addresses": 1}, SendErrors: 1},
+		}, "", `
+vrrp outside4 (group pair) on eth0 IPv4, VRID 51, version 3, priority 150: MASTER for 3m0s, 2 transitions
+  master: 198.18.2.2 (priority 150); adverts sent 900, received 3
+
+vrrp inside on eth1 IPv6, VRID 52, version 3, priority 100: BACKUP for 10s, 0 transitions
+  master: none heard; adverts sent 0, received 10, send errors 1, refused (addresses) 1, refused (peer) 4
+`},
+		{"not running", nil, "VRRP instance outside4 on eth0: eth0 has no IPv4 address", `
+vrrp: NOT RUNNING, this box holds none of the pair's addresses: VRRP instance outside4 on eth0: eth0 has no IPv4 address
+`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var b strings.Builder
+			writeVRRP(&b, now, tt.vrrp, tt.why)
+			if b.String() != tt.want {
+				t.Errorf("got:\n%s\nwant:\n%s", b.String(), tt.want)
+			}
+		})
+	}
+}
