@@ -21,6 +21,9 @@ command -v gcc >/dev/null || need+=(gcc)
 command -v ip >/dev/null || need+=(iproute2)
 command -v iptables-restore >/dev/null || need+=(iptables)
 command -v ipset >/dev/null || need+=(ipset)
+# A real VRRP peer for the VRRP unit tests (keepalived only runs in their
+# network namespaces; its packaged service stays off without a config).
+command -v keepalived >/dev/null || need+=(keepalived)
 if [ ${#need[@]} -gt 0 ]; then
 	stage "installing ${need[*]}"
 	export DEBIAN_FRONTEND=noninteractive
@@ -55,7 +58,8 @@ go test -race -count=1 ./...
 # the parsers of files and of Consul's registrations meet hostile input.
 stage "fuzz (${LBD_FUZZTIME:-10s} per target)"
 for target in FuzzParse:./config FuzzFastPath:./config FuzzParse:./config/internal/tree \
-	FuzzScan:./config/internal/prescan FuzzScan:./config/internal/keypos FuzzConsulMerge:./discovery/merge FuzzNotifications:./dataplane/drift; do
+	FuzzScan:./config/internal/prescan FuzzScan:./config/internal/keypos FuzzConsulMerge:./discovery/merge FuzzNotifications:./dataplane/drift \
+	FuzzParseAdvert:./ha/vrrp; do
 	go test -run='^$' -fuzz="^${target%%:*}\$" -fuzztime="${LBD_FUZZTIME:-10s}" "${target#*:}"
 done
 
