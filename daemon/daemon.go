@@ -27,6 +27,7 @@ import (
 	"github.com/lbdproject/lbd/dataplane/sysctl"
 	"github.com/lbdproject/lbd/discovery/consul"
 	"github.com/lbdproject/lbd/discovery/file"
+	"github.com/lbdproject/lbd/ha"
 	"github.com/lbdproject/lbd/healthcheck"
 	"github.com/lbdproject/lbd/lvs"
 	"github.com/lbdproject/lbd/metrics"
@@ -75,6 +76,7 @@ func Run(ctx context.Context, opts Options) error {
 	defer func() {
 		stop()
 		d.wg.Wait()
+		d.releaseHA()
 	}()
 	errc := make(chan error, 1)
 	d.wg.Go(func() { errc <- src.Run(runCtx) })
@@ -110,6 +112,10 @@ type daemon struct {
 	ann    *announce.Announcer
 	health *healthcheck.Manager
 	consul *consulParts // nil until a configuration enables Consul
+	ha     *ha.Pair     // nil without [[vrrp]]
+	// vrrpStart is the first configuration: its [[vrrp]] tables are the
+	// ones that run.
+	vrrpStart *config.Config
 
 	gate gate
 	// written is the edition last recorded in the state directory; the
@@ -156,6 +162,10 @@ func (d *daemon) loop(ctx context.Context, errc <-chan error) error {
 // can fail is tried before anything changes: a configuration that cannot
 // be applied is refused like an invalid one, and the last good one stays.
 func (d *daemon) configure(ctx context.Context, cfg *config.Config) {
+	if d.dp != nil && !d.sameVRRP(cfg) {
+		d.refuse(ctx, errVRRPChanged)
+		return
+	}
 	var client *consul.Client
 	if cfg.Consul.Enabled && d.consul == nil {
 		c, err := consul.NewClient(cfg.Consul)
@@ -188,7 +198,7 @@ func (d *daemon) configure(ctx context.Context, cfg *config.Config) {
 // the interface, the status socket and the metrics address come from the
 // first configuration; changing them needs a restart.
 func (d *daemon) start(ctx context.Context, cfg *config.Config) {
-	d.ann = announce.New(announce.Options{Logger: d.log})
+	d.ann = announce.New(announce.Options{Logger: d.log, Gratuitous: garpSchedule(cfg)})
 	d.wg.Go(func() {
 		if err := d.ann.Run(ctx); err != nil {
 			d.log.Error("ARP announcer stopped", "error", err)
@@ -207,6 +217,7 @@ func (d *daemon) start(ctx context.Context, cfg *config.Config) {
 		OnResult: d.m.ObserveCheck,
 	})
 	d.restore()
+	d.startHA(ctx, cfg)
 	d.wg.Go(func() { d.health.Run(ctx) })
 	// The box's addresses are known before the first sync, so it does not
 	// remove NodePort-like services to re-add them.

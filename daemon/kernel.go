@@ -15,6 +15,7 @@ import (
 	"github.com/lbdproject/lbd/dataplane/conntrack"
 	"github.com/lbdproject/lbd/dataplane/desired"
 	"github.com/lbdproject/lbd/dataplane/drift"
+	"github.com/lbdproject/lbd/dataplane/floating"
 	"github.com/lbdproject/lbd/dataplane/ipset"
 	"github.com/lbdproject/lbd/dataplane/iptables"
 	"github.com/lbdproject/lbd/dataplane/ipvs"
@@ -29,6 +30,7 @@ const LedgerFile = "ipvs-owned.json"
 type kernel struct {
 	ipvs    *ipvs.NetlinkKernel
 	addrs   *addrs.NetlinkKernel
+	float   *floating.NetlinkKernel
 	sets    *ipset.NetlinkKernel
 	ct      *conntrack.Cleaner
 	filters map[int]*iptables.ExecRunner
@@ -50,6 +52,9 @@ func openKernel(stateDir string) (_ *kernel, err error) {
 		return nil, err
 	}
 	if k.addrs, err = addrs.OpenKernel(); err != nil {
+		return nil, err
+	}
+	if k.float, err = floating.OpenKernel(); err != nil {
 		return nil, err
 	}
 	if k.sets, err = ipset.OpenKernel(); err != nil {
@@ -83,6 +88,9 @@ func (k *kernel) Close() {
 	if k.sets != nil {
 		k.sets.Close()
 	}
+	if k.float != nil {
+		k.float.Close()
+	}
 	if k.ct != nil {
 		k.ct.Close()
 	}
@@ -102,9 +110,14 @@ func (k *kernel) newDataplane(cfg *config.Config, log *slog.Logger, announce dat
 	va.AdoptUnmarked, va.Log = k.ranBefore(), log
 	vs := ipvs.New(k.ipvs, k.ledger)
 	k.recoverLedger(vs, cfg.Dataplane.Interface, log)
+	var fa dataplane.FloatingApplier
+	if len(cfg.VRRP) > 0 {
+		fa = floating.New(k.float)
+	}
 	return dataplane.New(dataplane.Options{
 		IPVS:      vs,
 		Addrs:     va,
+		Floating:  fa,
 		Timeouts:  k.ipvs,
 		Conntrack: k.ct,
 		Sets:      ipset.New(k.sets),

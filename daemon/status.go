@@ -30,6 +30,7 @@ func (d *daemon) serveStatus(ctx context.Context, cfg config.Status) {
 func (d *daemon) status() status.Snapshot {
 	s := status.Build(d.opts.Version, time.Now(), d.configStatus(), d.dp.View(), d.ann.Status(), d.health.ByKey())
 	s.Consul = d.consul.status()
+	d.vrrpStatus(&s)
 	// Connection counts are read now: one read of /proc/net/ip_vs.
 	if dests, err := ipvs.ProcConns(); err == nil {
 		s.AddConns(conns(dests))

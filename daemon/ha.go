@@ -1,0 +1,127 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"time"
+
+	"github.com/lbdproject/lbd/config"
+	"github.com/lbdproject/lbd/ha"
+	"github.com/lbdproject/lbd/ha/vrrp"
+	"github.com/lbdproject/lbd/status"
+)
+
+// errVRRPChanged refuses a reload that changes the failover pair: the
+// instances are read at start. Restarting lbd on a master hands the
+// addresses to the peer (priority 0) and comes back as backup.
+var errVRRPChanged = errors.New("[[vrrp]] or [[vrrp_sync_group]] changed: VRRP settings are read when lbd starts; " +
+	"restart lbd to apply them (on the master, the peer takes over at once and this box comes back as backup)")
+
+// startHA starts the failover pair of cfg, if it has one, before the
+// dataplane's first sync: a box starts holding none of the pair's
+// addresses, and takes them only as master.
+func (d *daemon) startHA(ctx context.Context, cfg *config.Config) {
+	d.vrrpStart = cfg
+	if len(cfg.VRRP) == 0 {
+		return
+	}
+	d.ha = ha.New(cfg, ha.Options{
+		Logger:     d.log,
+		Listen:     listenVRRP,
+		OnFailover: d.dp.SetFailover,
+		Links:      ha.FollowLinks,
+	})
+	d.dp.SetFailover(d.ha.Failover())
+	d.m.WatchVRRP(func() []vrrp.Status {
+		st, _ := d.ha.Status()
+		return st
+	})
+	d.wg.Go(func() {
+		if err := d.ha.Run(ctx); err != nil {
+			d.log.Error("VRRP stopped; this box holds none of the pair's addresses", "error", err)
+		}
+	})
+}
+
+func listenVRRP(l vrrp.Link) (ha.Socket, error) {
+	s, err := vrrp.Listen(l.Interface, l.Family)
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// sameVRRP reports whether cfg has the failover pair lbd started with.
+func (d *daemon) sameVRRP(cfg *config.Config) bool {
+	old := d.vrrpStart
+	return old == nil || slices.EqualFunc(old.VRRP, cfg.VRRP, func(a, b config.VRRPInstance) bool { return a.Same(&b) }) &&
+		slices.EqualFunc(old.VRRPSyncGroups, cfg.VRRPSyncGroups, func(a, b config.VRRPSyncGroup) bool { return a.Same(&b) })
+}
+
+// releaseHA gives up the pair's addresses as lbd stops, after the VRRP
+// instances have sent priority 0: the peer takes over at once, and a box
+// that is not running must not answer for them. The rest of the
+// dataplane stays in place.
+func (d *daemon) releaseHA() {
+	if d.ha == nil {
+		return
+	}
+	d.dp.SetFailover(d.ha.Failover())
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := d.dp.Release(ctx); err != nil {
+		d.log.Error("giving up the failover pair's addresses failed; remove them by hand (ip addr) or the peer and this box both hold them", "error", err)
+		return
+	}
+	d.log.Info("the failover pair's addresses are given up; the rest of the dataplane stays in place")
+}
+
+// vrrpStatus fills s's VRRP part.
+func (d *daemon) vrrpStatus(s *status.Snapshot) {
+	if d.ha == nil {
+		return
+	}
+	st, err := d.ha.Status()
+	if err != nil {
+		s.VRRPError = err.Error()
+	}
+	for _, v := range st {
+		out := status.VRRP{Name: v.Name, Group: v.Group, Interface: v.Link.Interface, Family: v.Link.Family, VRID: int(v.VRID),
+			Version: v.Version, Priority: int(v.Priority), State: v.State.String(), Since: v.Since, Transitions: v.Transitions,
+			Sent: v.Sent, Received: v.Received, SendErrors: v.SendErrors}
+		if v.Master.IsValid() {
+			out.Master, out.MasterPriority = v.Master.String(), int(v.MasterPriority)
+		}
+		for r, n := range v.Refused {
+			if r == vrrp.RefusedSelf {
+				continue
+			}
+			if out.Refused == nil {
+				out.Refused = map[string]uint64{}
+			}
+			out.Refused[r.String()] = n
+		}
+		s.VRRP = append(s.VRRP, out)
+	}
+}
+
+// garpSchedule is when gratuitous ARP goes out for an address lbd starts
+// answering for: with a failover pair, keepalived's garp_master_repeat
+// adverts 10 ms apart, and the burst again after garp_master_delay (the
+// largest of the instances'); nil (the announcer's default) without.
+func garpSchedule(cfg *config.Config) []time.Duration {
+	repeat, delay := 0, time.Duration(0)
+	for _, v := range cfg.VRRP {
+		repeat, delay = max(repeat, v.GARPRepeat), max(delay, v.GARPDelay)
+	}
+	var out []time.Duration
+	for i := range repeat {
+		out = append(out, time.Duration(i)*10*time.Millisecond)
+		if delay > 0 {
+			out = append(out, delay+time.Duration(i)*10*time.Millisecond)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
