@@ -26,12 +26,20 @@ func (d *daemon) startHA(ctx context.Context, cfg *config.Config) {
 	if len(cfg.VRRP) == 0 {
 		return
 	}
-	d.ha = ha.New(cfg, ha.Options{
+	notifier, err := ha.NewNotifier(cfg, d.log, ha.NotifyOptions{})
+	if err != nil {
+		d.log.Error("VRRP notify programs will not run", "error", err)
+	}
+	opts := ha.Options{
 		Logger:     d.log,
 		Listen:     listenVRRP,
 		OnFailover: d.dp.SetFailover,
 		Links:      ha.FollowLinks,
-	})
+	}
+	if notifier != nil {
+		opts.OnEvent = notifier.Event
+	}
+	d.ha = ha.New(cfg, opts)
 	d.dp.SetFailover(d.ha.Failover())
 	d.m.WatchVRRP(func() []vrrp.Status {
 		st, _ := d.ha.Status()
@@ -40,6 +48,16 @@ func (d *daemon) startHA(ctx context.Context, cfg *config.Config) {
 	d.wg.Go(func() {
 		if err := d.ha.Run(ctx); err != nil {
 			d.log.Error("VRRP stopped; this box holds none of the pair's addresses", "error", err)
+		}
+		if notifier == nil {
+			return
+		}
+		// The STOP notifications were just queued: give them a moment,
+		// as keepalived waits a second for its stop scripts.
+		cctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		if err := notifier.Close(cctx); err != nil {
+			d.log.Warn("VRRP notify programs still running at stop were killed", "error", err)
 		}
 	})
 }
