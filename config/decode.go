@@ -195,7 +195,7 @@ func decodeService(n *node) Service {
 		s.SNAT = SNATMode(v)
 	}
 	n.boolean("adopt", &s.Adopt)
-	decodeAnnounce(n, &s, vipKeys)
+	decodeAnnounce(n, &s)
 	w := decodeHealth(n, &s)
 	decodeRealServers(n, &s, w)
 	decodeSourceRanges(n, &s)
@@ -379,7 +379,7 @@ func decodeScheduling(n *node, s *Service) {
 	}
 }
 
-func decodeAnnounce(n *node, s *Service, vipKeys []string) {
+func decodeAnnounce(n *node, s *Service) {
 	var v string
 	if n.oneOf("announce", &v, string(AnnounceRoute), string(AnnounceARP)) {
 		s.Announce = Announce(v)
@@ -387,21 +387,16 @@ func decodeAnnounce(n *node, s *Service, vipKeys []string) {
 	hasIf := n.str("announce_interface", &s.AnnounceInterface)
 	switch {
 	case s.Announce == AnnounceARP && !hasIf:
-		n.errorf("announce", "announce = \"arp\" needs the interface to answer ARP on; expected announce_interface = \"eth0\" (or similar)")
+		n.errorf("announce", "announce = \"arp\" needs the interface to answer ARP (IPv4) and neighbour solicitations (IPv6) on; expected announce_interface = \"eth0\" (or similar)")
 	case s.Announce == AnnounceRoute && hasIf:
 		n.errorf("announce_interface", "is only used with announce = \"arp\"; expected announce = \"arp\" or no announce_interface")
 	case hasIf && !ifName.MatchString(s.AnnounceInterface):
 		n.errorf("announce_interface", "%q is not a valid interface name; expected 1 to 15 letters, digits, '.', '_' or '-'", s.AnnounceInterface)
 	}
-	if s.Announce == AnnounceARP {
-		for i, a := range s.VIPs {
-			if family(a) == 6 {
-				n.errorf(vipKeys[i], "%s is IPv6, and announce = \"arp\" answers ARP for IPv4 only (NDP is not implemented); expected announce = \"route\" for IPv6 VIPs", a)
-			}
-		}
-		if s.NodePort != 0 && len(s.VIPs) == 0 {
-			n.errorf("announce", "a NodePort-like service without VIPs has nothing to announce; expected announce = \"route\"")
-		}
+	// announce = "arp" answers ARP for IPv4 VIPs and neighbour
+	// solicitations (NDP) for IPv6 ones: the key keeps its name.
+	if s.Announce == AnnounceARP && s.NodePort != 0 && len(s.VIPs) == 0 {
+		n.errorf("announce", "a NodePort-like service without VIPs has nothing to announce; expected announce = \"route\"")
 	}
 }
 

@@ -195,8 +195,6 @@ var invalidConfigs = []invalidConfig{
 		[][2]string{{"lbd.toml:6:1", "announce = \"arp\" needs the interface"}}},
 	{"interface with route", map[string]string{"lbd.toml": svc + "announce_interface = \"eth0\"\n"},
 		[][2]string{{"lbd.toml:6:1", "is only used with announce = \"arp\""}}},
-	{"arp for an IPv6 VIP", map[string]string{"lbd.toml": "[[service]]\nname = \"v6\"\nvips = [\"2001:db8::10\"]\nport = 443\nannounce = \"arp\"\nannounce_interface = \"eth0\"\n"},
-		[][2]string{{"lbd.toml:3:9", "2001:db8::10 is IPv6, and announce = \"arp\" answers ARP for IPv4 only"}}},
 	{"quorum never met", map[string]string{"lbd.toml": svc + "quorum = 3\nreal_server = [{address = \"10.0.0.1\"}, {address = \"10.0.0.2\"}]\n"},
 		[][2]string{{"lbd.toml:6:1", "3 can never be met: service \"web\" has 2 real servers"}}},
 	{"sorry fallback without sorry server", map[string]string{"lbd.toml": svc + "quorum_fallback = \"sorry\"\n"},
@@ -322,6 +320,24 @@ func TestDefaults(t *testing.T) {
 	}
 	if u.HealthCheck.Type != CheckNone || u.Family() != 6 || u.RealServers[0].Address != netip.MustParseAddr("2001:db8:1::5") {
 		t.Errorf("udp/IPv6 service: %+v", u)
+	}
+}
+
+// announce = "arp" takes both families: ARP answers for IPv4 VIPs, NDP
+// for IPv6 ones.
+func TestAnnounceARPTakesBothFamilies(t *testing.T) {
+	for _, vip := range []string{"198.18.0.10", "2001:2::10"} {
+		t.Run(vip, func(t *testing.T) {
+			path := writeConfig(t, map[string]string{"lbd.toml": "[[service]]\nname = \"web\"\nvips = [\"" + vip + "\"]\nport = 443\n" +
+				"announce = \"arp\"\nannounce_interface = \"eth0\"\n"})
+			cfg, err := Load(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s := cfg.Services[0]; s.Announce != AnnounceARP || s.AnnounceInterface != "eth0" || s.VIPs[0] != netip.MustParseAddr(vip) {
+				t.Errorf("service: announce %q on %q for %v", s.Announce, s.AnnounceInterface, s.VIPs)
+			}
+		})
 	}
 }
 

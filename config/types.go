@@ -182,8 +182,9 @@ const (
 	// AnnounceRoute: the VIP lives on the dummy link and the upstream router
 	// routes it to the director.
 	AnnounceRoute Announce = "route"
-	// AnnounceARP: lbd answers ARP for the VIP on AnnounceInterface and
-	// sends gratuitous ARP when it starts serving it.
+	// AnnounceARP: lbd answers ARP (IPv6: neighbour solicitations) for the
+	// VIP on AnnounceInterface and sends gratuitous ARP (unsolicited
+	// neighbour advertisements) when it starts serving it.
 	AnnounceARP Announce = "arp"
 )
 

@@ -201,7 +201,7 @@ func (d *daemon) start(ctx context.Context, cfg *config.Config) {
 	d.ann = announce.New(announce.Options{Logger: d.log, Gratuitous: garpSchedule(cfg)})
 	d.wg.Go(func() {
 		if err := d.ann.Run(ctx); err != nil {
-			d.log.Error("ARP announcer stopped", "error", err)
+			d.log.Error("ARP/NDP announcer stopped", "error", err)
 		}
 	})
 	d.dp = d.k.newDataplane(cfg, d.log, d.ann)

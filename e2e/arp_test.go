@@ -63,7 +63,7 @@ real_server = [{ address = "%s" }, { address = "%s" }]
 	if per := probeOK(t, nb, topo.HTTP, vip, 10).ByServer(); len(per) != 2 {
 		t.Errorf("answers per real server: %v; want both", per)
 	}
-	if st := dir.MustExec(t, l.bin, "status", "--socket", l.socket()); !strings.Contains(st, "ARP on "+tp.Frontend.Name+" ("+mac+"): answering for "+vip.Addr().String()) {
+	if st := dir.MustExec(t, l.bin, "status", "--socket", l.socket()); !strings.Contains(st, "ARP/NDP on "+tp.Frontend.Name+" ("+mac+"): answering for "+vip.Addr().String()) {
 		t.Errorf("lbd status does not show the ARP announcement:\n%s", st)
 	}
 

@@ -59,7 +59,7 @@ go test -race -count=1 ./...
 stage "fuzz (${LBD_FUZZTIME:-10s} per target)"
 for target in FuzzParse:./config FuzzFastPath:./config FuzzParse:./config/internal/tree \
 	FuzzScan:./config/internal/prescan FuzzScan:./config/internal/keypos FuzzConsulMerge:./discovery/merge FuzzNotifications:./dataplane/drift \
-	FuzzParseAdvert:./ha/vrrp; do
+	FuzzParseAdvert:./ha/vrrp FuzzDecide6:./dataplane/announce; do
 	go test -run='^$' -fuzz="^${target%%:*}\$" -fuzztime="${LBD_FUZZTIME:-10s}" "${target#*:}"
 done
 

@@ -71,7 +71,7 @@ func WriteText(w io.Writer, s Snapshot) error {
 	writeConsul(&b, s.Time, s.Consul)
 	writeVRRP(&b, s.Time, s.VRRP, s.VRRPError)
 	for _, a := range s.Announce {
-		fmt.Fprintf(&b, "\nARP on %s (%s): %s for %s", a.Interface, a.MAC, a.State, strings.Join(a.VIPs, " "))
+		fmt.Fprintf(&b, "\nARP/NDP on %s (%s): %s for %s", a.Interface, a.MAC, a.State, strings.Join(a.VIPs, " "))
 		if a.Error != "" {
 			fmt.Fprintf(&b, ": %s", a.Error)
 		}

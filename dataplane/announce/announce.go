@@ -1,18 +1,25 @@
-// Package announce answers ARP for lbd's IPv4 VIPs on the interfaces that
-// services with announce = "arp" name, and sends gratuitous ARP when it
-// starts answering for one, so that switches and neighbours learn the VIP
-// at once.
+// Package announce answers ARP for lbd's IPv4 VIPs and neighbour
+// solicitations (NDP) for its IPv6 ones on the interfaces that services
+// with announce = "arp" name, and sends gratuitous ARP or unsolicited
+// neighbour advertisements when it starts answering for one, so that
+// switches and neighbours learn the VIP at once.
 //
 // With strict ARP (arp_ignore=1, arp_announce=2) and the VIPs on lbd's
 // dummy link, the kernel does not answer ARP for them on the outside
-// interface; this package does, with that interface's MAC. Like MetalLB's
-// layer-2 responder it only answers for the addresses it is handed: which
-// VIPs to announce where is decided by the caller, who passes the complete
-// set to Set after each sync.
+// interface, nor, whatever the settings, neighbour solicitations; this
+// package does, with that interface's MAC. Like MetalLB's layer-2
+// responder it only answers for the addresses it is handed: which VIPs to
+// announce where is decided by the caller, who passes the complete set to
+// Set after each sync.
 //
-// It needs CAP_NET_RAW (one AF_PACKET socket per interface with VIPs). The
-// interface needs no IPv4 address of its own: replies and gratuitous ARP
-// carry the VIP as the sender address. IPv4 only; there is no NDP.
+// It needs CAP_NET_RAW: one AF_PACKET socket per interface and family
+// with VIPs, the IPv6 one filtered in the kernel down to neighbour
+// discovery. The interface needs no IP address of its own: ARP replies
+// carry the VIP as the sender address, and neighbour advertisements come
+// from the VIP, as the kernel's do for its own addresses. For IPv6 it
+// joins each VIP's solicited-node multicast group on the interface, so
+// that the NIC's filter and MLD-snooping switches let the solicitations
+// through.
 package announce
 
 import (
@@ -37,9 +44,10 @@ type Options struct {
 	// Logger receives the announcer's logs; default slog.Default().
 	Logger *slog.Logger
 	// Gratuitous lists when gratuitous ARP (one request and one reply,
-	// both broadcast) is sent for a VIP, as offsets from the moment lbd
-	// starts answering for it on an interface, or from the interface
-	// coming back up. The repeats reach neighbours that missed the first,
+	// both broadcast) or, for an IPv6 VIP, an unsolicited neighbour
+	// advertisement (to all nodes, with Override) is sent for a VIP, as
+	// offsets from the moment lbd starts answering for it on an
+	// interface, or from the interface coming back up. The repeats reach neighbours that missed the first,
 	// e.g. behind a switch port that was still coming up. Default 0, 1 s,
 	// 2 s.
 	Gratuitous []time.Duration
@@ -54,14 +62,17 @@ type Options struct {
 type State int
 
 const (
-	// Failed: no socket is open; Err says why (no such interface, no
+	// Failed: a socket the VIPs need is not open, or (IPv6) a multicast
+	// group could not be joined; Err says why (no such interface, no
 	// Ethernet address, socket error). The interface is looked up again
-	// every Recheck.
+	// every Recheck. A socket that did open (the other family's) keeps
+	// answering meanwhile.
 	Failed State = iota
-	// Down: the socket is open but the interface is down or has no
+	// Down: the sockets are open but the interface is down or has no
 	// carrier; gratuitous ARP is sent when it comes up.
 	Down
-	// Answering: lbd answers ARP for the VIPs on this interface.
+	// Answering: lbd answers ARP and neighbour solicitations for the VIPs
+	// on this interface.
 	Answering
 )
 
@@ -80,18 +91,19 @@ func (s State) String() string {
 // InterfaceStatus is what the announcer does on one interface.
 type InterfaceStatus struct {
 	Interface string
-	// HardwareAddr is the MAC that replies carry; nil while Failed.
+	// HardwareAddr is the MAC that replies carry; nil while the
+	// interface cannot be used at all.
 	HardwareAddr net.HardwareAddr
 	// VIPs are the addresses lbd answers for on this interface (once
-	// State is Answering), sorted.
+	// State is Answering), sorted, IPv4 first.
 	VIPs  []netip.Addr
 	State State
 	// Err says why the state is not Answering; nil when it is.
 	Err error
 }
 
-// Announcer answers ARP for the VIPs it was last given by Set. The zero
-// value is not usable; call New.
+// Announcer answers ARP and NDP for the VIPs it was last given by Set. The
+// zero value is not usable; call New.
 type Announcer struct {
 	log        *slog.Logger
 	gratuitous []time.Duration
@@ -129,13 +141,15 @@ func New(opts Options) *Announcer {
 	return a
 }
 
-// Set replaces the complete desired set: interface name → IPv4 VIPs to
-// answer ARP for on it. It only records the set and wakes Run, so it is
-// cheap and never blocks; calling it again with the same set does nothing
-// (no gratuitous ARP for VIPs already announced). Interfaces that are
-// missing from vips, or have no IPv4 VIP, get their socket closed. IPv6
-// VIPs are ignored (configuration validation refuses them). Set may be
-// called before Run; the set then applies when Run starts.
+// Set replaces the complete desired set: interface name → VIPs to answer
+// for on it, ARP for IPv4 ones and NDP for IPv6 ones. It only records the
+// set and wakes Run, so it is cheap and never blocks; calling it again
+// with the same set does nothing (no gratuitous ARP for VIPs already
+// announced). Interfaces that are missing from vips, or have no VIP, get
+// their sockets closed; so does a family without VIPs on an interface,
+// which leaves its multicast groups. Addresses that cannot be a VIP
+// (invalid, unspecified, multicast) are ignored. Set may be called before
+// Run; the set then applies when Run starts.
 func (a *Announcer) Set(vips map[string][]netip.Addr) {
 	want := a.normalize(vips)
 	a.mu.Lock()
@@ -152,29 +166,31 @@ func (a *Announcer) Set(vips map[string][]netip.Addr) {
 	}
 }
 
-// normalize copies vips with IPv4 addresses only, sorted and deduplicated,
-// dropping interfaces left without any: the caller may reuse its map.
+// normalize copies vips, IPv4-mapped addresses unmapped, zones dropped,
+// sorted and deduplicated, dropping interfaces left without any: the
+// caller may reuse its map.
 func (a *Announcer) normalize(vips map[string][]netip.Addr) map[string][]netip.Addr {
 	want := make(map[string][]netip.Addr, len(vips))
 	for name, addrs := range vips {
-		var v4 []netip.Addr
+		var keep []netip.Addr
 		for _, addr := range addrs {
-			if addr = addr.Unmap(); !addr.Is4() {
-				a.log.Debug("not answering ARP for a non-IPv4 VIP", "interface", name, "vip", addr)
+			if addr = addr.Unmap().WithZone(""); !addr.IsValid() || addr.IsUnspecified() || addr.IsMulticast() {
+				a.log.Debug("not announcing an address that cannot be a VIP", "interface", name, "vip", addr)
 				continue
 			}
-			v4 = append(v4, addr)
+			keep = append(keep, addr)
 		}
-		if len(v4) == 0 {
+		if len(keep) == 0 {
 			continue
 		}
-		slices.SortFunc(v4, netip.Addr.Compare)
-		want[name] = slices.Compact(v4)
+		slices.SortFunc(keep, netip.Addr.Compare)
+		want[name] = slices.Compact(keep)
 	}
 	return want
 }
 
-// Run answers ARP and sends gratuitous ARP until ctx ends, then closes
+// Run answers ARP and NDP and sends gratuitous ARP and unsolicited
+// neighbour advertisements until ctx ends, then closes
 // every socket, waits for all its goroutines and returns nil. Failures on
 // one interface are reported through Status and the log and retried; they
 // never end Run. Run may be called once; a second call returns an error.
@@ -206,7 +222,7 @@ func (a *Announcer) Run(ctx context.Context) error {
 }
 
 // reconcile starts a link for each interface that gained VIPs, hands every
-// link its current VIPs, and stops (closing its socket) each link whose
+// link its current VIPs, and stops (closing its sockets) each link whose
 // interface has none left.
 func (a *Announcer) reconcile(ctx context.Context, wg *sync.WaitGroup) {
 	var stop []*link

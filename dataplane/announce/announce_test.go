@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/netip"
 	"slices"
@@ -136,17 +137,22 @@ func TestGratuitousPacketsAreARequestAndAReplyFromTheVIP(t *testing.T) {
 
 func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
-func TestSetKeepsIPv4SortedAndDropsEmptyInterfaces(t *testing.T) {
+func TestSetKeepsBothFamiliesSortedAndDropsEmptyInterfaces(t *testing.T) {
 	a := New(Options{Logger: quietLogger()})
+	v6, ll := netip.MustParseAddr("2001:2::10"), netip.MustParseAddr("fe80::10")
 	in := map[string][]netip.Addr{
-		"eth0": {netip.MustParseAddr("192.0.2.11"), vip, netip.MustParseAddr("2001:db8::1"), vip, netip.MustParseAddr("::ffff:192.0.2.12")},
-		"eth1": {netip.MustParseAddr("2001:db8::2")},
+		"eth0": {v6, netip.MustParseAddr("192.0.2.11"), vip, vip, netip.MustParseAddr("::ffff:192.0.2.12"), ll.WithZone("eth0")},
+		"eth1": {netip.MustParseAddr("ff02::1"), netip.IPv6Unspecified(), netip.IPv4Unspecified(), {}},
 		"eth2": nil,
+		"eth3": {v6},
 	}
 	a.Set(in)
 	in["eth0"][0] = other // the caller may reuse its map
-	want := map[string][]netip.Addr{"eth0": {vip, netip.MustParseAddr("192.0.2.11"), netip.MustParseAddr("192.0.2.12")}}
-	if len(a.want) != 1 || !slices.Equal(a.want["eth0"], want["eth0"]) {
+	want := map[string][]netip.Addr{
+		"eth0": {vip, netip.MustParseAddr("192.0.2.11"), netip.MustParseAddr("192.0.2.12"), v6, ll},
+		"eth3": {v6},
+	}
+	if !maps.EqualFunc(a.want, want, slices.Equal) {
 		t.Fatalf("want = %v, expected %v", a.want, want)
 	}
 }

@@ -10,8 +10,8 @@ import (
 	"github.com/mdlayher/ethernet"
 )
 
-// vipSet is a sorted, duplicate-free list of IPv4 VIPs; it is never
-// modified once published, so readers need no lock.
+// vipSet is a sorted, duplicate-free list of VIPs, IPv4 ones first; it is
+// never modified once published, so readers need no lock.
 type vipSet []netip.Addr
 
 func (s vipSet) has(a netip.Addr) bool {
@@ -19,18 +19,56 @@ func (s vipSet) has(a netip.Addr) bool {
 	return ok
 }
 
+// kind is the protocol that answers for a VIP: ARP for IPv4, NDP for IPv6.
+// Each has a socket of its own on an interface.
+type kind int
+
+const (
+	arpKind kind = iota
+	ndpKind
+	numKinds
+)
+
+func kindOf(a netip.Addr) kind {
+	if a.Is4() {
+		return arpKind
+	}
+	return ndpKind
+}
+
+func (k kind) String() string {
+	if k == arpKind {
+		return "ARP"
+	}
+	return "NDP"
+}
+
+// announcement names what is sent when lbd starts answering for a VIP.
+func (k kind) announcement() string {
+	if k == arpKind {
+		return "gratuitous ARP"
+	}
+	return "unsolicited neighbour advertisement"
+}
+
+// hasKind says whether s has a VIP that k answers for.
+func (s vipSet) hasKind(k kind) bool {
+	return slices.ContainsFunc(s, func(a netip.Addr) bool { return kindOf(a) == k })
+}
+
 // verdict is what decide makes of one received frame.
 type verdict int
 
 const (
-	ignoreMalformed    verdict = iota // not a well-formed Ethernet/IPv4 ARP packet
-	ignoreNotForUs                    // Ethernet destination is neither broadcast nor our MAC
+	ignoreMalformed    verdict = iota // not a well-formed Ethernet/IPv4 ARP packet or NDP message
+	ignoreNotForUs                    // Ethernet (or NDP: IPv6) destination is not ours
 	ignoreFromSelf                    // sent by this interface (our own gratuitous ARP)
-	ignoreNotRequest                  // a reply, not a question
+	ignoreNotRequest                  // a reply (advertisement), not a question
 	ignoreAnnouncement                // someone's gratuitous ARP for an address not ours
 	ignoreNotVIP                      // a question about an address we were not handed
+	ignoreHopLimit                    // NDP with a hop limit below 255: from beyond a router
 	conflict                          // another MAC uses one of our VIPs as its address
-	answer                            // a who-has for one of our VIPs
+	answer                            // a who-has (solicitation) for one of our VIPs
 )
 
 func (v verdict) String() string {
@@ -47,6 +85,8 @@ func (v verdict) String() string {
 		return "announcement"
 	case ignoreNotVIP:
 		return "not a VIP"
+	case ignoreHopLimit:
+		return "hop limit not 255"
 	case conflict:
 		return "conflict"
 	case answer:

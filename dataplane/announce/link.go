@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/netip"
 	"slices"
@@ -14,9 +15,10 @@ import (
 	"time"
 )
 
-// link answers ARP on one interface. Run's goroutine creates it, hands it
-// VIPs with set and stops it with cancel; the worker goroutine (run) owns
-// the socket and the gratuitous ARP schedule.
+// link answers ARP and NDP on one interface. Run's goroutine creates it,
+// hands it VIPs with set and stops it with cancel; the worker goroutine
+// (run) owns the sockets and the gratuitous ARP (unsolicited neighbour
+// advertisement) schedule.
 type link struct {
 	name       string
 	log        *slog.Logger
@@ -25,10 +27,13 @@ type link struct {
 	cancel     context.CancelFunc
 	done       chan struct{} // closed when run has returned
 
-	// vips is read by the socket's reader for every request, so a removed
+	// vips is read by the sockets' readers for every request, so a removed
 	// VIP stops being answered as soon as set returns.
 	vips    atomic.Pointer[vipSet]
 	changed chan struct{} // one slot: vips changed since the worker looked
+	// down has one slot: a socket's read returned ENETDOWN, which the
+	// kernel reports once when the interface goes down or is deleted.
+	down chan struct{}
 
 	mu    sync.Mutex
 	mac   net.HardwareAddr
@@ -45,6 +50,7 @@ func newLink(name string, log *slog.Logger, gratuitous []time.Duration, recheck 
 		cancel:     cancel,
 		done:       make(chan struct{}),
 		changed:    make(chan struct{}, 1),
+		down:       make(chan struct{}, 1),
 		err:        errors.New("not looked up yet"),
 	}
 	l.vips.Store(&vipSet{})
@@ -88,13 +94,13 @@ func (l *link) setStatus(state State, mac net.HardwareAddr, err error) {
 	}
 	switch state {
 	case Answering:
-		l.log.Info("answering ARP", "mac", mac.String())
+		l.log.Info("answering ARP/NDP", "mac", mac.String())
 	case Down:
 		// Info, not Warn: an interface just set up has no carrier for a
 		// moment, and lbd has nothing to fix.
-		l.log.Info("interface is down or has no carrier; gratuitous ARP waits until it is up", "mac", mac.String())
+		l.log.Info("interface is down or has no carrier; announcing waits until it is up", "mac", mac.String())
 	case Failed:
-		l.log.Warn("cannot answer ARP; retrying", "every", l.recheck, "err", err)
+		l.log.Warn("cannot answer ARP/NDP; retrying", "every", l.recheck, "err", err)
 	}
 }
 
@@ -108,11 +114,13 @@ func errText(err error) string {
 // worker is the state of one link's goroutine; only run touches it.
 type worker struct {
 	*link
-	sock *socket
-	up   bool   // the interface was up with carrier at the last look
-	last vipSet // VIPs at the last sync, to log what changed
+	// socks holds a socket per kind, open while the link has VIPs of
+	// that kind and the interface exists.
+	socks [numKinds]*socket
+	up    bool   // the interface was up with carrier at the last look
+	last  vipSet // VIPs at the last sync, to log what changed
 	// announced holds the VIPs whose gratuitous ARP has been scheduled on
-	// this socket since the interface was last seen up; nothing is sent
+	// their socket since the interface was last seen up; nothing is sent
 	// again for them until the socket is reopened or the link flaps.
 	announced map[netip.Addr]bool
 	pending   []announcement
@@ -125,12 +133,12 @@ type announcement struct {
 	next  int // index into link.gratuitous of the next round
 }
 
-// run looks the interface up, opens its socket and keeps both current
-// until ctx ends; it closes the socket before returning.
+// run looks the interface up, opens its sockets and keeps them current
+// until ctx ends; it closes the sockets before returning.
 func (l *link) run(ctx context.Context) {
 	defer close(l.done)
 	w := &worker{link: l}
-	defer w.closeSocket()
+	defer w.closeSockets()
 
 	recheck := time.NewTicker(l.recheck)
 	defer recheck.Stop()
@@ -144,75 +152,117 @@ func (l *link) run(ctx context.Context) {
 		} else {
 			due.Stop()
 		}
-		var sockDown, sockDone <-chan struct{}
-		if w.sock != nil {
-			sockDown, sockDone = w.sock.down, w.sock.done
-		}
 		select {
 		case <-ctx.Done():
-			if w.sock != nil {
-				l.log.Info("no longer answering ARP")
+			if w.socks != [numKinds]*socket{} {
+				l.log.Info("no longer answering ARP/NDP")
 			}
 			return
 		case <-l.changed:
-			w.sync(time.Now())
+			// A new family of VIPs may need its socket.
+			w.refresh()
 		case <-recheck.C:
 			w.refresh()
-		case <-sockDown:
+		case <-l.down:
 			// The interface went down or was deleted: look now rather than
 			// at the next recheck.
 			w.refresh()
-		case <-sockDone:
-			err := w.sock.err
-			w.closeSocket()
-			w.setStatus(Failed, nil, fmt.Errorf("reading ARP on %s: %w", l.name, err))
+		case <-w.doneOf(arpKind):
+			w.socketFailed(arpKind)
+		case <-w.doneOf(ndpKind):
+			w.socketFailed(ndpKind)
 		case now := <-due.C:
 			w.sendDue(now)
 		}
 	}
 }
 
-// refresh looks the interface up and (re)opens its socket as needed.
+// doneOf is the done channel of k's socket, nil (never ready) if none.
+func (w *worker) doneOf(k kind) <-chan struct{} {
+	if w.socks[k] == nil {
+		return nil
+	}
+	return w.socks[k].done
+}
+
+// socketFailed closes k's socket, whose reader returned an error; the
+// next recheck opens it again.
+func (w *worker) socketFailed(k kind) {
+	s := w.socks[k]
+	w.closeSocket(k)
+	w.setStatus(Failed, s.mac, fmt.Errorf("reading %v on %s: %w", k, w.name, s.err))
+}
+
+// refresh looks the interface up, (re)opens the sockets the VIPs need,
+// closes the others, and syncs the schedule.
 func (w *worker) refresh() {
 	ifi, err := net.InterfaceByName(w.name)
 	if err != nil {
-		w.closeSocket()
+		w.closeSockets()
 		w.setStatus(Failed, nil, fmt.Errorf("looking up interface %s: %w", w.name, err))
 		return
 	}
 	if len(ifi.HardwareAddr) != 6 {
-		w.closeSocket()
-		w.setStatus(Failed, nil, fmt.Errorf("interface %s has no Ethernet address (%q), and ARP needs one", w.name, ifi.HardwareAddr.String()))
+		w.closeSockets()
+		w.setStatus(Failed, nil, fmt.Errorf("interface %s has no Ethernet address (%q), and ARP and NDP need one", w.name, ifi.HardwareAddr.String()))
 		return
 	}
-	if w.sock != nil && (w.sock.index != ifi.Index || !bytes.Equal(w.sock.mac, ifi.HardwareAddr)) {
-		// Re-created (new index) or given a new MAC: the socket is bound to
-		// the old device or replies would carry the old MAC.
-		w.log.Info("interface changed; reopening its ARP socket", "index", ifi.Index, "mac", ifi.HardwareAddr.String())
-		w.closeSocket()
-	}
-	if w.sock == nil {
-		s, err := openSocket(ifi, w.log, func() vipSet { return *w.vips.Load() })
-		if err != nil {
-			w.setStatus(Failed, nil, err)
-			return
+	vips := *w.vips.Load()
+	var errs []error
+	for k := range numKinds {
+		if err := w.syncSocket(k, ifi, vips); err != nil {
+			errs = append(errs, err)
 		}
-		w.sock = s
 	}
 	up := ifi.Flags&net.FlagUp != 0 && ifi.Flags&net.FlagRunning != 0
 	if !up {
 		// Announce everything again when it comes back: neighbours and
 		// switches may have forgotten the VIPs meanwhile.
 		w.announced, w.pending = nil, nil
-		w.setStatus(Down, ifi.HardwareAddr, fmt.Errorf("interface %s is down or has no carrier", w.name))
-	} else {
-		w.setStatus(Answering, ifi.HardwareAddr, nil)
 	}
 	w.up = up
+	switch {
+	case len(errs) > 0:
+		// The other kind's socket, if open, keeps answering.
+		w.setStatus(Failed, ifi.HardwareAddr, errors.Join(errs...))
+	case !up:
+		w.setStatus(Down, ifi.HardwareAddr, fmt.Errorf("interface %s is down or has no carrier", w.name))
+	default:
+		w.setStatus(Answering, ifi.HardwareAddr, nil)
+	}
 	w.sync(time.Now())
 }
 
-// sync schedules gratuitous ARP for VIPs not yet announced on the current
+// syncSocket makes k's socket match the VIPs and the interface: closed
+// without VIPs of kind k, opened, reopened if the interface was re-created
+// or changed its MAC, and for NDP in the VIPs' multicast groups.
+func (w *worker) syncSocket(k kind, ifi *net.Interface, vips vipSet) error {
+	s := w.socks[k]
+	if s != nil && (s.index != ifi.Index || !bytes.Equal(s.mac, ifi.HardwareAddr)) {
+		// Re-created (new index) or given a new MAC: the socket is bound to
+		// the old device or replies would carry the old MAC.
+		w.log.Info("interface changed; reopening its socket", "proto", k, "index", ifi.Index, "mac", ifi.HardwareAddr.String())
+		w.closeSocket(k)
+		s = nil
+	}
+	if !vips.hasKind(k) {
+		w.closeSocket(k)
+		return nil
+	}
+	if s == nil {
+		var err error
+		if s, err = openSocket(k, ifi, w.log, func() vipSet { return *w.vips.Load() }, w.down); err != nil {
+			return err
+		}
+		w.socks[k] = s
+	}
+	if s.groups != nil {
+		return s.groups.set(solicitedNodeGroups(vips))
+	}
+	return nil
+}
+
+// sync schedules gratuitous ARP for VIPs not yet announced on their
 // socket, forgets removed ones, and sends what is due now.
 func (w *worker) sync(now time.Time) {
 	vips := *w.vips.Load()
@@ -234,14 +284,14 @@ func (w *worker) sync(now time.Time) {
 		}
 	}
 	w.pending = slices.DeleteFunc(w.pending, func(a announcement) bool { return !vips.has(a.vip) })
-	if w.sock == nil || !w.up {
+	if !w.up {
 		return
 	}
 	if w.announced == nil {
 		w.announced = map[netip.Addr]bool{}
 	}
 	for _, v := range vips {
-		if !w.announced[v] {
+		if !w.announced[v] && w.socks[kindOf(v)] != nil {
 			w.announced[v] = true
 			w.pending = append(w.pending, announcement{vip: v, start: now})
 		}
@@ -249,8 +299,9 @@ func (w *worker) sync(now time.Time) {
 	w.sendDue(now)
 }
 
-// sendDue sends one round of gratuitous ARP for each VIP whose next round
-// is due. Rounds missed while the worker was busy collapse into one.
+// sendDue sends one round of gratuitous ARP (an unsolicited neighbour
+// advertisement) for each VIP whose next round is due. Rounds missed while
+// the worker was busy collapse into one.
 func (w *worker) sendDue(now time.Time) {
 	for i := range w.pending {
 		a := &w.pending[i]
@@ -259,11 +310,12 @@ func (w *worker) sendDue(now time.Time) {
 			a.next++
 			due = true
 		}
-		if due && w.sock != nil {
-			if err := w.sock.sendGratuitous(a.vip); err != nil {
-				w.log.Warn("sending gratuitous ARP", "vip", a.vip, "err", err)
+		k := kindOf(a.vip)
+		if s := w.socks[k]; due && s != nil {
+			if err := s.sendGratuitous(a.vip); err != nil {
+				w.log.Warn("sending "+k.announcement(), "vip", a.vip, "err", err)
 			} else {
-				w.log.Debug("sent gratuitous ARP", "vip", a.vip, "round", a.next)
+				w.log.Debug("sent "+k.announcement(), "vip", a.vip, "round", a.next)
 			}
 		}
 	}
@@ -280,10 +332,22 @@ func (w *worker) nextDue() (time.Time, bool) {
 	return next, !next.IsZero()
 }
 
-func (w *worker) closeSocket() {
-	if w.sock == nil {
+// closeSocket closes k's socket, if open, and forgets that its VIPs were
+// announced: a new socket announces them again.
+func (w *worker) closeSocket(k kind) {
+	if w.socks[k] == nil {
 		return
 	}
-	w.sock.close()
-	w.sock, w.up, w.announced, w.pending = nil, false, nil, nil
+	w.socks[k].close()
+	w.socks[k] = nil
+	isK := func(v netip.Addr) bool { return kindOf(v) == k }
+	maps.DeleteFunc(w.announced, func(v netip.Addr, _ bool) bool { return isK(v) })
+	w.pending = slices.DeleteFunc(w.pending, func(a announcement) bool { return isK(a.vip) })
+}
+
+func (w *worker) closeSockets() {
+	for k := range numKinds {
+		w.closeSocket(k)
+	}
+	w.up = false
 }

@@ -123,6 +123,7 @@ func planTopo() topo {
 
 type topoOpts struct {
 	noLbdAddr bool // leave lbd's end without an IPv4 address
+	noLbdIPv6 bool // leave lbd's end without any IPv6 address, link-local included
 	lbdDown   bool // leave lbd's end down
 }
 
@@ -141,7 +142,11 @@ func (tp topo) create(t *testing.T, o topoOpts) {
 	if !o.noLbdAddr {
 		run(t, "ip", "addr", "add", lbdNet.String(), "dev", tp.lbdIf)
 	}
+	if o.noLbdIPv6 {
+		run(t, "ip", "link", "set", tp.lbdIf, "addrgenmode", "none")
+	}
 	run(t, "ip", "-n", tp.peerNS, "addr", "add", peerNet.String(), "dev", tp.peerIf)
+	run(t, "ip", "-n", tp.peerNS, "addr", "add", peerNet6.String(), "dev", tp.peerIf, "nodad")
 	run(t, "ip", "-n", tp.peerNS, "link", "set", tp.peerIf, "up")
 	if !o.lbdDown {
 		run(t, "ip", "link", "set", tp.lbdIf, "up")

@@ -221,6 +221,13 @@ func waitErr(t *testing.T, a *announce.Announcer, ifname, text string) {
 // never one that switched namespaces).
 func packetSockets(t *testing.T) map[int]int {
 	t.Helper()
+	return packetSocketsOf(t, "0806")
+}
+
+// packetSocketsOf counts the packet sockets bound to EtherType proto (hex,
+// as /proc/net/packet shows it) on each interface index.
+func packetSocketsOf(t *testing.T, proto string) map[int]int {
+	t.Helper()
 	f, err := os.Open("/proc/thread-self/net/packet")
 	if err != nil {
 		t.Fatal(err)
@@ -231,7 +238,7 @@ func packetSockets(t *testing.T) map[int]int {
 	sc.Scan() // header: sk RefCnt Type Proto Iface R Rmem User Inode
 	for sc.Scan() {
 		fields := strings.Fields(sc.Text())
-		if len(fields) < 5 || fields[3] != "0806" {
+		if len(fields) < 5 || fields[3] != proto {
 			continue
 		}
 		idx, err := strconv.Atoi(fields[4])

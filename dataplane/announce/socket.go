@@ -21,61 +21,82 @@ const writeTimeout = time.Second
 // conflictEvery limits conflict warnings to one per VIP per interval.
 const conflictEvery = time.Minute
 
-// socket is one AF_PACKET socket bound to an interface and the ARP
-// EtherType, with the goroutine that answers on it. mdlayher/arp's Client
+// socket is one AF_PACKET socket bound to an interface, with the goroutine
+// that answers on it: for ARP bound to the ARP EtherType, for NDP to IPv6
+// with a filter that keeps neighbour discovery only. mdlayher/arp's Client
 // is not used: its Dial and New refuse an interface without an IPv4
 // address, which lbd does not need, since every packet it sends carries a
-// VIP as the sender address.
+// VIP as the sender address. Nor is mdlayher/ndp's Conn, a raw ICMPv6
+// socket: bound to the interface's link-local address (as MetalLB does) it
+// never sees the unicast solicitations that neighbours send to a VIP to
+// confirm it, and a unicast answer would wait for the kernel to resolve
+// the asker first.
 type socket struct {
+	kind  kind
 	conn  *packet.Conn
 	index int
 	mac   net.HardwareAddr
-	// down has one slot: a read returned ENETDOWN, which the kernel
-	// reports once when the interface goes down or is deleted.
-	down chan struct{}
+	// groups holds an NDP socket's solicited-node multicast memberships;
+	// nil for ARP. Only the link's worker touches it.
+	groups *memberships
 	// done is closed when the reader has returned; err then says why.
 	done chan struct{}
 	err  error
 }
 
-// openSocket binds a socket to ifi and starts its reader, which answers
-// who-has for the VIPs that vips returns at that moment. close stops it.
-func openSocket(ifi *net.Interface, log *slog.Logger, vips func() vipSet) (*socket, error) {
-	conn, err := packet.Listen(ifi, packet.Raw, int(ethernet.EtherTypeARP), nil)
+// openSocket binds a k socket to ifi and starts its reader, which answers
+// for the VIPs that vips returns at that moment. A read that returns
+// ENETDOWN, which the kernel reports once when the interface goes down or
+// is deleted, is signalled on down (one slot). close stops it.
+func openSocket(k kind, ifi *net.Interface, log *slog.Logger, vips func() vipSet, down chan<- struct{}) (*socket, error) {
+	s := &socket{kind: k, index: ifi.Index, mac: ifi.HardwareAddr, done: make(chan struct{})}
+	proto, cfg := int(ethernet.EtherTypeARP), &packet.Config{}
+	if k == ndpKind {
+		filter, err := ndpFilter()
+		if err != nil {
+			return nil, fmt.Errorf("opening %v socket on %s: %w", k, ifi.Name, err)
+		}
+		proto, cfg.Filter = int(ethernet.EtherTypeIPv6), filter
+	}
+	conn, err := packet.Listen(ifi, packet.Raw, proto, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("opening ARP socket on %s: %w", ifi.Name, err)
+		return nil, fmt.Errorf("opening %v socket on %s: %w", k, ifi.Name, err)
 	}
 	rc, err := conn.SyscallConn()
 	if err != nil {
 		conn.Close()
-		return nil, fmt.Errorf("opening ARP socket on %s: %w", ifi.Name, err)
+		return nil, fmt.Errorf("opening %v socket on %s: %w", k, ifi.Name, err)
 	}
-	s := &socket{
-		conn:  conn,
-		index: ifi.Index,
-		mac:   ifi.HardwareAddr,
-		down:  make(chan struct{}, 1),
-		done:  make(chan struct{}),
+	if k == ndpKind {
+		if s.groups, err = openMemberships(ifi); err != nil {
+			conn.Close()
+			return nil, err
+		}
 	}
-	go s.serve(rc, log, vips)
+	s.conn = conn
+	go s.serve(rc, log, vips, down)
 	return s, nil
 }
 
-// close closes the socket and waits for its reader to return.
+// close closes the socket, which leaves its multicast groups, and waits
+// for its reader to return.
 func (s *socket) close() {
 	s.conn.Close()
+	if s.groups != nil {
+		s.groups.close()
+	}
 	<-s.done
 }
 
-func (s *socket) serve(rc syscall.RawConn, log *slog.Logger, vips func() vipSet) {
+func (s *socket) serve(rc syscall.RawConn, log *slog.Logger, vips func() vipSet, down chan<- struct{}) {
 	defer close(s.done)
-	buf := make([]byte, 256) // ARP frames are 60 bytes; a longer one is truncated and ignored
+	buf := make([]byte, maxFrame) // a longer frame is truncated and ignored
 	warned := map[netip.Addr]time.Time{}
 	for {
 		n, pkttype, err := recv(rc, buf)
 		if errors.Is(err, unix.ENETDOWN) {
 			select {
-			case s.down <- struct{}{}:
+			case down <- struct{}{}:
 			default:
 			}
 			continue
@@ -86,23 +107,29 @@ func (s *socket) serve(rc syscall.RawConn, log *slog.Logger, vips func() vipSet)
 		}
 		// Only frames addressed to this host: not our own outgoing ones,
 		// not others' seen in promiscuous mode or on a VLAN without an
-		// interface here.
-		if pkttype != unix.PACKET_HOST && pkttype != unix.PACKET_BROADCAST {
-			continue
+		// interface here. Solicitations go to a multicast group.
+		switch {
+		case s.kind == arpKind && (pkttype == unix.PACKET_HOST || pkttype == unix.PACKET_BROADCAST):
+			s.handleARP(buf[:n], log, vips(), warned)
+		case s.kind == ndpKind && (pkttype == unix.PACKET_HOST || pkttype == unix.PACKET_MULTICAST):
+			s.handleNDP(buf[:n], log, vips(), warned)
 		}
-		v, p := decide(buf[:n], s.mac, vips())
-		switch v {
-		case answer:
-			if err := s.send(p, p.TargetHardwareAddr); err != nil {
-				log.Warn("answering ARP", "vip", p.SenderIP, "asker", p.TargetIP, "err", err)
-				continue
-			}
-			log.Debug("answered ARP", "vip", p.SenderIP, "asker", p.TargetIP, "asker_mac", p.TargetHardwareAddr.String())
-		case conflict:
-			if now := time.Now(); now.Sub(warned[p.SenderIP]) >= conflictEvery {
-				warned[p.SenderIP] = now
-				log.Warn("another host uses a VIP lbd announces here", "vip", p.SenderIP, "other_mac", p.SenderHardwareAddr.String(), "op", p.Operation.String())
-			}
+	}
+}
+
+func (s *socket) handleARP(frame []byte, log *slog.Logger, vips vipSet, warned map[netip.Addr]time.Time) {
+	v, p := decide(frame, s.mac, vips)
+	switch v {
+	case answer:
+		if err := s.sendARP(p, p.TargetHardwareAddr); err != nil {
+			log.Warn("answering ARP", "vip", p.SenderIP, "asker", p.TargetIP, "err", err)
+			return
+		}
+		log.Debug("answered ARP", "vip", p.SenderIP, "asker", p.TargetIP, "asker_mac", p.TargetHardwareAddr.String())
+	case conflict:
+		if now := time.Now(); now.Sub(warned[p.SenderIP]) >= conflictEvery {
+			warned[p.SenderIP] = now
+			log.Warn("another host uses a VIP lbd announces here", "vip", p.SenderIP, "other_mac", p.SenderHardwareAddr.String(), "op", p.Operation.String())
 		}
 	}
 }
@@ -128,8 +155,19 @@ func recv(rc syscall.RawConn, buf []byte) (n int, pkttype uint8, err error) {
 	return n, pkttype, err
 }
 
-// send writes p in an Ethernet frame to dst.
-func (s *socket) send(p *arp.Packet, dst net.HardwareAddr) error {
+// write sends one Ethernet frame to dst.
+func (s *socket) write(frame []byte, dst net.HardwareAddr) error {
+	// The deadline is shared with the reader's replies; both only ever
+	// push it forward by writeTimeout.
+	if err := s.conn.SetWriteDeadline(time.Now().Add(writeTimeout)); err != nil {
+		return err
+	}
+	_, err := s.conn.WriteTo(frame, &packet.Addr{HardwareAddr: dst})
+	return err
+}
+
+// sendARP writes p in an Ethernet frame to dst.
+func (s *socket) sendARP(p *arp.Packet, dst net.HardwareAddr) error {
 	pb, err := p.MarshalBinary()
 	if err != nil {
 		return err
@@ -139,24 +177,22 @@ func (s *socket) send(p *arp.Packet, dst net.HardwareAddr) error {
 	if err != nil {
 		return err
 	}
-	// The deadline is shared with the reader's replies; both only ever
-	// push it forward by writeTimeout.
-	if err := s.conn.SetWriteDeadline(time.Now().Add(writeTimeout)); err != nil {
-		return err
-	}
-	_, err = s.conn.WriteTo(fb, &packet.Addr{HardwareAddr: dst})
-	return err
+	return s.write(fb, dst)
 }
 
-// sendGratuitous broadcasts one gratuitous ARP request and one reply.
+// sendGratuitous announces vip: one gratuitous ARP request and one reply,
+// both broadcast, or one unsolicited neighbour advertisement to all nodes.
 func (s *socket) sendGratuitous(vip netip.Addr) error {
+	if s.kind == ndpKind {
+		return s.sendNDP(unsolicitedAdvertisement(s.mac, vip))
+	}
 	ps, err := gratuitousPackets(s.mac, vip)
 	if err != nil {
 		return err
 	}
 	var errs []error
 	for _, p := range ps {
-		if err := s.send(p, ethernet.Broadcast); err != nil {
+		if err := s.sendARP(p, ethernet.Broadcast); err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", p.Operation, err))
 		}
 	}

@@ -121,8 +121,8 @@ type State struct {
 	VIPs     []netip.Addr // addresses to bind on the dummy interface, sorted
 	// NodeAddrs are the box's addresses serving NodePort-like services.
 	NodeAddrs []netip.Addr
-	// Announce lists, per interface, the IPv4 VIPs lbd answers ARP for,
-	// and the floating IPv4 addresses it holds there.
+	// Announce lists, per interface, the VIPs lbd answers ARP (IPv4) and
+	// NDP (IPv6) for, and the floating addresses it holds there.
 	Announce map[string][]netip.Addr
 	// Floating are the failover addresses, held or not (Input.Floating).
 	Floating []Floating
@@ -239,7 +239,7 @@ func Compute(in Input) State {
 	in.Serving = in.Serving.resolve(services)
 	st.serving, st.Floating = in.Serving, in.Floating
 	for _, f := range in.Floating {
-		if !f.Held && f.Prefix.Addr().Is4() {
+		if !f.Held {
 			st.Announce[f.Link] = append(st.Announce[f.Link], f.Prefix.Addr())
 		}
 	}
@@ -282,7 +282,7 @@ func Compute(in Input) State {
 		}
 		for _, vip := range s.VIPs {
 			add(vip, s.Port, false)
-			if s.Announce == config.AnnounceARP && vip.Is4() && in.Serving.Serves(vip) {
+			if s.Announce == config.AnnounceARP && in.Serving.Serves(vip) {
 				st.Announce[s.AnnounceInterface] = append(st.Announce[s.AnnounceInterface], vip)
 			}
 		}

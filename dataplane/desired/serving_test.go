@@ -57,8 +57,9 @@ real_server = [{ address = "10.0.0.2" }]
 	}
 }
 
-// Floating addresses come through as they are; the IPv4 ones not held are
-// announced on their link, so that becoming master sends gratuitous ARP.
+// Floating addresses come through as they are; the ones not held are
+// announced on their link, so that becoming master sends gratuitous ARP
+// (unsolicited neighbour advertisements for IPv6).
 func TestComputeFloating(t *testing.T) {
 	cfg := parse(t, `
 [[service]]
@@ -76,7 +77,43 @@ real_server = [{ address = "10.0.0.1" }]
 	if len(st.Floating) != 3 || st.Floating[1] != fl[1] {
 		t.Errorf("Floating %v, want %v", st.Floating, fl)
 	}
-	if got := fmt.Sprint(st.Announce); got != "map[eth1:[198.18.3.1]]" {
-		t.Errorf("Announce %s, want the IPv4 floating address not held, on its link", got)
+	if got := fmt.Sprint(st.Announce); got != "map[eth1:[198.18.3.1 2001:2:0:3::1]]" {
+		t.Errorf("Announce %s, want the floating addresses not held, of both families, on their link", got)
+	}
+}
+
+// IPv6 VIPs with announce = "arp" are announced (NDP) like IPv4 ones, and
+// only while served.
+func TestComputeAnnouncesBothFamilies(t *testing.T) {
+	cfg := parse(t, `
+[[service]]
+name = "web4"
+vips = ["198.18.0.10"]
+port = 80
+announce = "arp"
+announce_interface = "eth0"
+real_server = [{ address = "10.0.0.1" }]
+[[service]]
+name = "web6"
+vips = ["2001:2::10"]
+port = 80
+announce = "arp"
+announce_interface = "eth0"
+real_server = [{ address = "2001:2:1::1" }]
+`)
+	for _, tt := range []struct {
+		name    string
+		serving Serving
+		want    string
+	}{
+		{"all served", Serving{}, "map[eth0:[198.18.0.10 2001:2::10]]"},
+		{"the IPv6 service on standby", HoldServices(false, "web6"), "map[eth0:[198.18.0.10]]"},
+		{"only the IPv6 VIP served", ServeOnly(netip.MustParseAddr("2001:2::10")), "map[eth0:[2001:2::10]]"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := fmt.Sprint(Compute(Input{Config: cfg, Serving: tt.serving}).Announce); got != tt.want {
+				t.Errorf("Announce %s, want %s", got, tt.want)
+			}
+		})
 	}
 }
