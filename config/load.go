@@ -155,6 +155,7 @@ func parse(files []string, text func(int) (string, bool), sink *errorSink) *Conf
 			decodeGlobals(root, &cfg)
 			globalsOK = sink.count() == before
 			decodeVRRP(root, &cfg)
+			decodeHA(root, &cfg)
 		} else {
 			refuseGlobals(root, files[0])
 		}
@@ -271,7 +272,7 @@ var forceGeneric = false
 // refuseGlobals keeps global settings in the main file only, so that one
 // place says how the box behaves.
 func refuseGlobals(root *node, mainFile string) {
-	for _, k := range []string{"sync", "dataplane", "ipvs", "status", "consul", "vrrp", "vrrp_sync_group"} {
+	for _, k := range []string{"sync", "dataplane", "ipvs", "status", "consul", "vrrp", "vrrp_sync_group", "ha"} {
 		if _, ok := root.get(k); ok {
 			root.errorf(k, "global settings are accepted only in the main file %s; drop-in files hold [[service]] tables", mainFile)
 		}

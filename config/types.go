@@ -54,6 +54,8 @@ type Config struct {
 	// [[vrrp_sync_group]] tables (see vrrp.go).
 	VRRP           []VRRPInstance
 	VRRPSyncGroups []VRRPSyncGroup
+	// IPVSSync is [ha.ipvs_sync] (see ha.go).
+	IPVSSync IPVSSync
 
 	// Files lists every file the snapshot was read from, main file first.
 	Files []string

@@ -72,6 +72,7 @@ func validate(cfg *Config, sink *errorSink, globalsOK bool) {
 	}
 	refuseVIPsAsRealServers(cfg, sink)
 	validateVRRP(cfg, sink, globalsOK)
+	validateHA(cfg, sink, globalsOK)
 }
 
 // refuseVIPsAsRealServers refuses a real server or sorry server that is a

@@ -15,7 +15,7 @@ import (
 // errVRRPChanged refuses a reload that changes the failover pair: the
 // instances are read at start. Restarting lbd on a master hands the
 // addresses to the peer (priority 0) and comes back as backup.
-var errVRRPChanged = errors.New("[[vrrp]] or [[vrrp_sync_group]] changed: VRRP settings are read when lbd starts; " +
+var errVRRPChanged = errors.New("[[vrrp]], [[vrrp_sync_group]] or [ha] changed: failover settings are read when lbd starts; " +
 	"restart lbd to apply them (on the master, the peer takes over at once and this box comes back as backup)")
 
 // startHA starts the failover pair of cfg, if it has one, before the
@@ -73,8 +73,10 @@ func listenVRRP(l vrrp.Link) (ha.Socket, error) {
 // sameVRRP reports whether cfg has the failover pair lbd started with.
 func (d *daemon) sameVRRP(cfg *config.Config) bool {
 	old := d.vrrpStart
+	sameSync := func(a, b config.IPVSSync) bool { a.Pos, b.Pos = config.Pos{}, config.Pos{}; return a == b }
 	return old == nil || slices.EqualFunc(old.VRRP, cfg.VRRP, func(a, b config.VRRPInstance) bool { return a.Same(&b) }) &&
-		slices.EqualFunc(old.VRRPSyncGroups, cfg.VRRPSyncGroups, func(a, b config.VRRPSyncGroup) bool { return a.Same(&b) })
+		slices.EqualFunc(old.VRRPSyncGroups, cfg.VRRPSyncGroups, func(a, b config.VRRPSyncGroup) bool { return a.Same(&b) }) &&
+		sameSync(old.IPVSSync, cfg.IPVSSync)
 }
 
 // releaseHA gives up the pair's addresses as lbd stops, after the VRRP

@@ -20,6 +20,7 @@ import (
 	"github.com/lbdproject/lbd/dataplane/iptables"
 	"github.com/lbdproject/lbd/dataplane/ipvs"
 	"github.com/lbdproject/lbd/dataplane/ownership"
+	"github.com/lbdproject/lbd/dataplane/syncd"
 )
 
 // LedgerFile, in the state directory, lists the IPVS services lbd owns.
@@ -31,6 +32,7 @@ type kernel struct {
 	ipvs    *ipvs.NetlinkKernel
 	addrs   *addrs.NetlinkKernel
 	float   *floating.NetlinkKernel
+	syncd   *syncd.NetlinkKernel
 	sets    *ipset.NetlinkKernel
 	ct      *conntrack.Cleaner
 	filters map[int]*iptables.ExecRunner
@@ -55,6 +57,9 @@ func openKernel(stateDir string) (_ *kernel, err error) {
 		return nil, err
 	}
 	if k.float, err = floating.OpenKernel(); err != nil {
+		return nil, err
+	}
+	if k.syncd, err = syncd.Open(); err != nil {
 		return nil, err
 	}
 	if k.sets, err = ipset.OpenKernel(); err != nil {
@@ -91,6 +96,9 @@ func (k *kernel) Close() {
 	if k.float != nil {
 		k.float.Close()
 	}
+	if k.syncd != nil {
+		k.syncd.Close()
+	}
 	if k.ct != nil {
 		k.ct.Close()
 	}
@@ -114,10 +122,15 @@ func (k *kernel) newDataplane(cfg *config.Config, log *slog.Logger, announce dat
 	if len(cfg.VRRP) > 0 {
 		fa = floating.New(k.float)
 	}
+	var sa dataplane.SyncApplier
+	if cfg.IPVSSync.Enabled {
+		sa = syncd.New(k.syncd)
+	}
 	return dataplane.New(dataplane.Options{
 		IPVS:      vs,
 		Addrs:     va,
 		Floating:  fa,
+		Syncd:     sa,
 		Timeouts:  k.ipvs,
 		Conntrack: k.ct,
 		Sets:      ipset.New(k.sets),
@@ -173,7 +186,7 @@ func Cleanup(cfg *config.Config, stateDir string) ([]string, error) {
 	var done []string
 	var errs []error
 	for fam, r := range k.filters {
-		d, err := iptables.Cleanup(r, desired.Tables(cfg.Dataplane, fam))
+		d, err := iptables.Cleanup(r, desired.TablesFor(cfg, fam))
 		done = append(done, d...)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", desired.FilterTool(fam), err))
@@ -199,7 +212,7 @@ func (k *kernel) driftOptions(cfg *config.Config, log *slog.Logger, dp *dataplan
 	if k.backend == iptables.NFT {
 		o.Tables = map[int][]desired.Table{}
 		for fam := range k.filters {
-			o.Tables[fam] = desired.Tables(cfg.Dataplane, fam)
+			o.Tables[fam] = desired.TablesFor(cfg, fam)
 		}
 	}
 	return o

@@ -15,6 +15,7 @@ import (
 	"github.com/lbdproject/lbd/dataplane/ipset"
 	"github.com/lbdproject/lbd/dataplane/iptables"
 	"github.com/lbdproject/lbd/dataplane/ipvs"
+	"github.com/lbdproject/lbd/dataplane/syncd"
 	"github.com/lbdproject/lbd/lvs"
 )
 
@@ -31,6 +32,11 @@ type AddrApplier interface {
 // FloatingApplier keeps the failover pair's floating addresses.
 type FloatingApplier interface {
 	Apply(fl []desired.Floating, full bool) (floating.Stats, error)
+}
+
+// SyncApplier keeps the IPVS connection-sync daemons running.
+type SyncApplier interface {
+	Apply(want []syncd.Daemon) (syncd.Stats, error)
 }
 
 // SetApplier keeps lbd's ipsets.
@@ -65,6 +71,7 @@ type appliers struct {
 	ipvs     IPVSApplier
 	addrs    AddrApplier
 	floating FloatingApplier  // nil without failover
+	syncd    SyncApplier      // nil without failover
 	timeouts TimeoutApplier   // nil without one
 	ct       *conntrack.Queue // nil without a cleaner
 	sets     SetApplier
@@ -116,9 +123,10 @@ func (a *appliers) apply(st *desired.State, cfg *config.Config, full bool) outco
 	wg.Go(func() { addrPart = a.applyAddrs(st, full) })
 	wg.Go(func() { filterPart = a.applyFilter(st, cfg, full) })
 	ipvsPart, ir := a.applyIPVS(st.Services, full)
+	syncPart := a.applySync(st.SyncDaemons)
 	wg.Wait()
 	var out outcome
-	for _, p := range []part{timeoutsPart, addrPart, filterPart, ipvsPart} {
+	for _, p := range []part{timeoutsPart, addrPart, filterPart, ipvsPart, syncPart} {
 		out.dumps += p.dumps
 		out.writes += p.writes
 		out.errs = append(out.errs, p.errs...)
@@ -164,6 +172,22 @@ func (a *appliers) applyAddrs(st *desired.State, full bool) part {
 	return p
 }
 
+// applySync keeps the sync daemons running, after the virtual servers
+// (under IPVS's own lock): one dump of two daemons per sync also repairs
+// one stopped by hand.
+func (a *appliers) applySync(want []syncd.Daemon) part {
+	var p part
+	if a.syncd == nil {
+		return p
+	}
+	st, err := a.syncd.Apply(want)
+	if st.Changed() {
+		a.log.Info("IPVS connection-sync daemons changed", "started", fmt.Sprint(st.Started), "stopped", fmt.Sprint(st.Stopped), "restarted", fmt.Sprint(st.Restarted))
+	}
+	p.add(1, len(st.Started)+len(st.Stopped)+2*len(st.Restarted), err, "IPVS connection sync")
+	return p
+}
+
 // applyFilter applies the sets, then the rules that match them.
 func (a *appliers) applyFilter(st *desired.State, cfg *config.Config, full bool) part {
 	var p part
@@ -177,7 +201,7 @@ func (a *appliers) applyFilter(st *desired.State, cfg *config.Config, full bool)
 		if !ok {
 			continue
 		}
-		fs, err := f.Apply(desired.Tables(cfg.Dataplane, fam), full)
+		fs, err := f.Apply(desired.TablesFor(cfg, fam), full)
 		p.add(fs.Dumps, fs.Writes, err, "%s", desired.FilterTool(fam))
 		p.rules += fs.Rules
 	}

@@ -128,6 +128,7 @@ type Options struct {
 	Addrs AddrApplier
 	// The rest is optional.
 	Floating  FloatingApplier
+	Syncd     SyncApplier
 	Timeouts  ipvs.TimeoutSetter
 	Conntrack ConntrackCleaner
 	Sets      SetApplier
@@ -147,7 +148,7 @@ func New(opts Options) *Dataplane {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	d := &Dataplane{
-		apply: appliers{ipvs: opts.IPVS, addrs: opts.Addrs, floating: opts.Floating, sets: opts.Sets,
+		apply: appliers{ipvs: opts.IPVS, addrs: opts.Addrs, floating: opts.Floating, syncd: opts.Syncd, sets: opts.Sets,
 			filters: opts.Filters, announce: opts.Announce, log: opts.Logger},
 		log: opts.Logger,
 	}

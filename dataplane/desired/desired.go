@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/lbdproject/lbd/config"
+	"github.com/lbdproject/lbd/dataplane/syncd"
 	"github.com/lbdproject/lbd/lvs"
 )
 
@@ -126,6 +127,9 @@ type State struct {
 	Announce map[string][]netip.Addr
 	// Floating are the failover addresses, held or not (Input.Floating).
 	Floating []Floating
+	// SyncDaemons are the IPVS connection-sync daemons to run: master and
+	// backup at once with [ha.ipvs_sync], none without.
+	SyncDaemons []syncd.Daemon
 	// serving is Input.Serving: VIPs and Announce hold only what it
 	// serves, and KeepRemoved keeps nothing else bound.
 	serving Serving
@@ -243,6 +247,7 @@ func Compute(in Input) State {
 			st.Announce[f.Link] = append(st.Announce[f.Link], f.Prefix.Addr())
 		}
 	}
+	st.SyncDaemons = syncDaemons(in.Config.IPVSSync)
 	st.VIPs = vips(services, in.Prev, in.Serving)
 	st.NodeAddrs = nodeAddrs(in.Config, in.HostAddrs, st.VIPs)
 	st.sets = setInputs{hostAddrs: in.HostAddrs, localNets: in.Config.Dataplane.LocalNetworks, rsNets: in.Config.Dataplane.RealServerNetworks}

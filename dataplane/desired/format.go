@@ -141,7 +141,7 @@ func WritePlan(w io.Writer, st State, cfg *config.Config) error {
 	for _, fam := range []int{4, 6} {
 		tool := FilterTool(fam)
 		fmt.Fprintf(w, "\n# %s (%s-restore --noflush)\n", tool, tool)
-		for _, t := range Tables(dp, fam) {
+		for _, t := range TablesFor(cfg, fam) {
 			io.WriteString(w, RestoreInput(t))
 			for _, j := range t.Jumps {
 				pos := "-A " + j.From

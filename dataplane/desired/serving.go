@@ -4,6 +4,7 @@ import (
 	"net/netip"
 
 	"github.com/lbdproject/lbd/config"
+	"github.com/lbdproject/lbd/dataplane/syncd"
 )
 
 // Serving says which VIPs this box serves: binds on the dummy interface
@@ -88,4 +89,17 @@ type Floating struct {
 	Prefix netip.Prefix
 	Link   string
 	Held   bool
+}
+
+// syncDaemons are the sync daemons [ha.ipvs_sync] asks for: both roles on
+// each box, so that whichever is master sends and the other receives,
+// with no daemon to restart at a failover.
+func syncDaemons(s config.IPVSSync) []syncd.Daemon {
+	if !s.Enabled {
+		return nil
+	}
+	d := syncd.Daemon{Interface: s.Interface, SyncID: s.SyncID, MaxLen: s.MaxPacketLength, Group: s.Group, Port: s.Port, TTL: s.TTL}
+	m, b := d, d
+	m.Role, b.Role = syncd.Master, syncd.Backup
+	return []syncd.Daemon{m, b}
 }

@@ -184,3 +184,64 @@ func TestRefusedRuleIsNamed(t *testing.T) {
 		})
 	}
 }
+
+// A failover pair's rules (VRRP, multicast and unicast; IPVS sync from the
+// peer only) are written as iptables-save prints them, in both families:
+// a second full apply writes nothing.
+func TestPairRulesInSavedForm(t *testing.T) {
+	testnetns.Require(t, "ip6tables-restore", "ipset")
+	cfg, err := config.Parse([]string{"lbd.toml"}, [][]byte{[]byte(`
+[[service]]
+name = "web"
+vips = ["198.18.100.1"]
+port = 80
+real_server = [{ address = "198.18.3.11" }]
+[[vrrp]]
+name = "o4"
+interface = "eth0"
+virtual_router_id = 51
+addresses = ["198.18.2.10/24"]
+services = ["web"]
+[[vrrp]]
+name = "o6"
+interface = "eth0"
+virtual_router_id = 51
+unicast_peers = ["2001:2:0:2::3"]
+addresses = ["2001:2:0:2::10/64"]
+[ha.ipvs_sync]
+interface = "eth1"
+peer = "198.18.3.2"
+`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns := testnetns.New(t)
+	for _, s := range desired.SetSpecs() {
+		fam := "inet"
+		if s.Family == 6 {
+			fam = "inet6"
+		}
+		testnetns.Run(t, ns, "ipset", "create", s.Name, string(s.Type), "family", fam)
+	}
+	for _, fam := range []int{4, 6} {
+		a := iptables.New(iptables.NewExecRunner(fam, iptables.Detect()).InNetns(ns))
+		tables := desired.TablesFor(cfg, fam)
+		if _, err := a.Apply(tables, true); err != nil {
+			t.Fatal(err)
+		}
+		if st, err := a.Apply(tables, true); err != nil || st.Writes != 0 {
+			t.Errorf("IPv%d: second full apply: %+v, %v; want no writes (rules in saved form)", fam, st, err)
+		}
+	}
+	saved := testnetns.Run(t, ns, "iptables-save", "-t", "filter") + testnetns.Run(t, ns, "ip6tables-save", "-t", "filter")
+	for _, want := range []string{
+		"-A LBD-INPUT -d 224.0.0.18/32 -i eth0 -p vrrp -j ACCEPT",
+		"-A LBD-INPUT -s 2001:2:0:2::3/128 -i eth0 -p vrrp -j ACCEPT",
+		"-A LBD-INPUT -s 198.18.3.2/32 -d 224.0.0.81/32 -i eth1 -p udp -m udp --dport 8848 -j ACCEPT",
+		"-A LBD-INPUT -d 224.0.0.81/32 -i eth1 -p udp -m udp --dport 8848 -j DROP",
+	} {
+		if !strings.Contains(saved, want) {
+			t.Errorf("no %q in:\n%s", want, saved)
+		}
+	}
+}
