@@ -188,8 +188,9 @@ func (r *Runner) SetFault(ctx context.Context, instance string, fault bool) {
 	}
 }
 
-// Run runs the instances until ctx ends, then stops them: masters send
-// priority 0 and report their transition to Init before Run returns.
+// Run runs the instances until ctx ends, then stops them: masters hand
+// over (see handOver) and report their transition to Init before Run
+// returns.
 func (r *Runner) Run(ctx context.Context) error {
 	if err := r.dial(); err != nil {
 		return err
@@ -221,6 +222,7 @@ func (r *Runner) Run(ctx context.Context) error {
 		r.arm(timer)
 		select {
 		case <-ctx.Done():
+			r.handOver()
 			for _, g := range r.groups {
 				r.apply(g, g.Stop())
 			}
@@ -413,4 +415,45 @@ func (r *Runner) publish() {
 	r.mu.Lock()
 	r.status = st
 	r.mu.Unlock()
+}
+
+// handOver is a planned stop's make-before-break: each master sends
+// priority 0 but keeps its addresses until another box's advert shows
+// that the peer has taken over (it has sent its gratuitous ARP by then),
+// or for at most a master-down interval when no peer answers. Between
+// the two, requests reach one box or the other, never neither.
+func (r *Runner) handOver() {
+	waiting := map[*instance]bool{}
+	var wait time.Duration
+	for _, in := range r.instances {
+		m := in.group.Members()[in.member]
+		if m.State() != Master {
+			continue
+		}
+		waiting[in] = true
+		wait = max(wait, m.MasterDownInterval())
+		r.send(in, m.advert(0))
+	}
+	if len(waiting) == 0 {
+		return
+	}
+	start := r.opts.Now()
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	for len(waiting) > 0 {
+		select {
+		case <-timer.C:
+			r.opts.Logger.Warn("VRRP: no peer took over within the master-down interval; giving the addresses up anyway", "waited", wait)
+			return
+		case p := <-r.packets:
+			for in := range waiting {
+				a := p.pkt.Advert
+				if p.pkt.Err == nil && in.spec.Link == p.link && a.VRID == in.spec.Params.VRID && a.Priority > 0 &&
+					in.group.Members()[in.member].Check(p.pkt.Src, a) == Taken {
+					delete(waiting, in)
+				}
+			}
+		}
+	}
+	r.opts.Logger.Info("VRRP: the peer took over; giving the addresses up", "after", r.opts.Now().Sub(start))
 }

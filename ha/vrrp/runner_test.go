@@ -170,6 +170,14 @@ func TestRunnerPair(t *testing.T) {
 	if last.To != Master || last.Cause != CauseMasterDown {
 		t.Errorf("backup's last event %+v, want MASTER after the master-down timer (skew only)", last)
 	}
+	// Make before break: the stopping master gave up only after the
+	// peer had become master.
+	a.mu.Lock()
+	released := a.events[len(a.events)-1]
+	a.mu.Unlock()
+	if released.To != Init || released.At.Before(last.At) {
+		t.Errorf("the stopping master's last event %+v came before the peer's takeover at %v", released, last.At)
+	}
 }
 
 // Adverts that do not match the instance are counted and change nothing.
