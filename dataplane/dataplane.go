@@ -210,8 +210,17 @@ func (d *Dataplane) SetServing(s desired.Serving) {
 
 // SetFailover replaces which VIPs this box serves and the state of the
 // floating addresses, together: a VRRP transition moves both.
+//
+// The sync runs at once, ahead of min_sync_period: a box that became
+// master must bind the addresses now (VRRP's own timers bound how often).
 func (d *Dataplane) SetFailover(s desired.Serving, fl []desired.Floating) {
-	d.set(func(in *inputs) { in.serving, in.floating = s, fl })
+	d.mu.Lock()
+	d.in.serving, d.in.floating = s, fl
+	if d.in.changedAt.IsZero() {
+		d.in.changedAt = time.Now()
+	}
+	d.mu.Unlock()
+	d.run.Now()
 }
 
 // Release runs one last sync with the latest inputs, in the caller's

@@ -86,9 +86,9 @@ type Runner struct {
 	fn      SyncFunc
 	opts    Options
 	limiter *rate.Limiter
-	// requests holds at most one pending Run, repairs one pending Repair:
-	// further calls coalesce.
-	requests, repairs chan struct{}
+	// requests holds at most one pending Run, repairs one pending Repair,
+	// urgent one pending Now: further calls coalesce.
+	requests, repairs, urgent chan struct{}
 }
 
 // New returns a Runner for fn.
@@ -122,6 +122,17 @@ func New(fn SyncFunc, opts Options) *Runner {
 		limiter:  rate.NewLimiter(limit, opts.Burst),
 		requests: make(chan struct{}, 1),
 		repairs:  make(chan struct{}, 1),
+		urgent:   make(chan struct{}, 1),
+	}
+}
+
+// Now asks for a sync at once, ahead of the rate limit: for the rare
+// change that cannot wait up to MinInterval (a failover taking addresses
+// over). It never blocks and coalesces like Run.
+func (r *Runner) Now() {
+	select {
+	case r.urgent <- struct{}{}:
+	default:
 	}
 }
 
@@ -157,11 +168,15 @@ func (r *Runner) Loop(ctx context.Context) {
 
 	for {
 		var why Reason
+		urgent := false
 		select {
 		case <-ctx.Done():
 			return
 		case <-r.requests:
 			why = Requested
+		case <-r.urgent:
+			why, urgent = Requested, true
+			r.limiter.Allow() // counted, never waited for
 		case <-r.repairs:
 			why = Drift
 		case <-periodic.C:
@@ -169,7 +184,7 @@ func (r *Runner) Loop(ctx context.Context) {
 		case <-retry.C:
 			why = Retry
 		}
-		if !r.wait(ctx) {
+		if !urgent && !r.wait(ctx) {
 			return
 		}
 		why = r.coalesce(why)
@@ -216,9 +231,17 @@ func (r *Runner) coalesce(why Reason) Reason {
 	return why
 }
 
-// wait blocks until the rate limit allows a sync; false if ctx ended.
+// wait blocks until the rate limit allows a sync, or Now asks for one;
+// false if ctx ended.
 func (r *Runner) wait(ctx context.Context) bool {
-	d := r.limiter.Reserve().Delay()
+	select {
+	case <-r.urgent:
+		r.limiter.Allow()
+		return true
+	default:
+	}
+	res := r.limiter.Reserve()
+	d := res.Delay()
 	if d <= 0 {
 		return true
 	}
@@ -228,6 +251,9 @@ func (r *Runner) wait(ctx context.Context) bool {
 	case <-ctx.Done():
 		return false
 	case <-t.C:
+		return true
+	case <-r.urgent:
+		res.Cancel()
 		return true
 	}
 }

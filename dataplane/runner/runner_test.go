@@ -33,6 +33,7 @@ type step struct {
 	runs    int
 	advance time.Duration
 	repairs int
+	nows    int // Now() calls, after the repairs
 }
 
 func TestRunner(t *testing.T) {
@@ -88,6 +89,11 @@ func TestRunner(t *testing.T) {
 		{"a repair restarts the period",
 			nil, []step{{runs: 1, advance: 5 * time.Second}, {repairs: 1, advance: 12 * time.Second}},
 			[]string{"initial@0s", "drift@5s", "periodic@15s"}},
+		{"Now runs at once, past the rate limit",
+			nil, []step{{runs: 1}, {runs: 1}, {nows: 1}, {nows: 1}}, []string{"initial@0s", "requested@0s", "requested@0s", "requested@0s"}},
+		{"Now cuts a request's rate-limit wait short",
+			nil, []step{{runs: 1}, {runs: 1}, {runs: 1, advance: 100 * time.Millisecond}, {nows: 1, advance: 3 * time.Second}},
+			[]string{"initial@0s", "requested@0s", "requested@100ms"}},
 		{"a failed repair is retried",
 			[]int{1}, []step{{runs: 1}, {repairs: 1, advance: 5 * time.Second}},
 			[]string{"initial@0s", "drift@0s", "retry@1s"}},
@@ -106,6 +112,9 @@ func TestRunner(t *testing.T) {
 					}
 					for range s.repairs {
 						r.Repair()
+					}
+					for range s.nows {
+						r.Now()
 					}
 					synctest.Wait()
 					time.Sleep(s.advance)
