@@ -418,20 +418,22 @@ func (r *Runner) publish() {
 }
 
 // handOver is a planned stop's make-before-break: each master sends
-// priority 0 but keeps its addresses until another box's advert shows
-// that the peer has taken over (it has sent its gratuitous ARP by then),
-// or for at most a master-down interval when no peer answers. Between
-// the two, requests reach one box or the other, never neither.
+// priority 0 but keeps its addresses until the peer has advertised as
+// master twice — its first advert goes out as it becomes master, before
+// its addresses are bound; by the second, an advert interval later, they
+// are — or for at most a master-down interval when no peer answers.
+// Between the two, requests reach one box or the other, never neither.
 func (r *Runner) handOver() {
-	waiting := map[*instance]bool{}
+	const adverts = 2
+	waiting := map[*instance]int{} // adverts still to hear
 	var wait time.Duration
 	for _, in := range r.instances {
 		m := in.group.Members()[in.member]
 		if m.State() != Master {
 			continue
 		}
-		waiting[in] = true
-		wait = max(wait, m.MasterDownInterval())
+		waiting[in] = adverts
+		wait = max(wait, m.MasterDownInterval()+m.Params().Interval)
 		r.send(in, m.advert(0))
 	}
 	if len(waiting) == 0 {
@@ -450,7 +452,9 @@ func (r *Runner) handOver() {
 				a := p.pkt.Advert
 				if p.pkt.Err == nil && in.spec.Link == p.link && a.VRID == in.spec.Params.VRID && a.Priority > 0 &&
 					in.group.Members()[in.member].Check(p.pkt.Src, a) == Taken {
-					delete(waiting, in)
+					if waiting[in]--; waiting[in] == 0 {
+						delete(waiting, in)
+					}
 				}
 			}
 		}
