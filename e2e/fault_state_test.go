@@ -141,6 +141,16 @@ func countVS(ipvs []string) int {
 // of them failed.
 func underStream(t *testing.T, client *topo.Node, target netip.AddrPort, fault func()) {
 	t.Helper()
+	as := streamAround(t, client, target, fault)
+	if errs := as.Errors(); len(errs) > 0 {
+		t.Errorf("%d of %d requests failed, first: %s", len(errs), len(as), errs[0])
+	}
+}
+
+// streamAround runs fault while a client sends a stream of requests to
+// target, at least a few before and after it, and returns the answers.
+func streamAround(t *testing.T, client *topo.Node, target netip.AddrPort, fault func()) topo.Answers {
+	t.Helper()
 	s := client.StartStream(t, topo.HTTP, target, requestTimeout)
 	s.WaitAnswers(t, 5, settleLimit)
 	fault()
@@ -151,9 +161,7 @@ func underStream(t *testing.T, client *topo.Node, target netip.AddrPort, fault f
 	s.WaitAnswers(t, len(as)+5, settleLimit)
 	as = s.Stop(t)
 	t.Logf("request stream through %s: %s", target, as.Summary())
-	if errs := as.Errors(); len(errs) > 0 {
-		t.Errorf("%d of %d requests failed, first: %s", len(errs), len(as), errs[0])
-	}
+	return as
 }
 
 // waitFirstSync waits until the running lbd has logged its first sync and

@@ -29,7 +29,7 @@ REPO_DIR=$(cd "$E2E_DIR/.." && pwd)
 readonly E2E_DIR REPO_DIR
 
 # Debian packages the harness needs on the host (VM mode adds QEMU & co).
-readonly HOST_TOOL_PKGS=(iproute2 ipvsadm ipset iptables conntrack nftables kmod strace hping3)
+readonly HOST_TOOL_PKGS=(iproute2 ipvsadm ipset iptables conntrack nftables kmod strace hping3 keepalived)
 readonly VM_PKGS=(qemu-system-x86 busybox-static cpio e2fsprogs)
 
 log() { printf '[e2e] %s\n' "$*" >&2; }
@@ -319,6 +319,7 @@ readonly GUEST_TOOLS=(
 	/usr/sbin/ip /usr/sbin/bridge /usr/bin/ss
 	/usr/sbin/ipvsadm /usr/sbin/ipset /usr/sbin/conntrack /usr/sbin/nft
 	/usr/sbin/xtables-nft-multi /usr/bin/kmod /usr/bin/strace /usr/sbin/hping3
+	/usr/sbin/keepalived
 )
 # Names that xtables-nft-multi and kmod answer to.
 readonly XTABLES_NAMES=(

@@ -1,0 +1,150 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/lbdproject/lbd/e2e/internal/topo"
+)
+
+// kaVersion is one way an unchanged keepalived box runs VRRP.
+type kaVersion struct {
+	name string
+	// lbd and keepalived hold the same settings in their own words.
+	lbd, keepalived string
+}
+
+var kaVersions = []kaVersion{
+	// keepalived's defaults: version 2, one advert a second, a password.
+	{"v2 defaults", "version = 2\nadvert_interval = \"1s\"\nauth_type = \"pass\"\nauth_pass = \"s3cret\"\n",
+		"advert_int 1\n    authentication {\n        auth_type PASS\n        auth_pass s3cret\n    }\n"},
+	{"v3", "version = 3\nadvert_interval = \"200ms\"\n", "advert_int 0.2\n"},
+}
+
+// keepalivedConfig is the peer box's keepalived.conf: the same VRRP
+// instance as lbd's (the same virtual_ipaddress list), the VIP as an
+// excluded address, and the same virtual server over IPVS.
+func keepalivedConfig(p *pair, v kaVersion, priority int, version int) string {
+	var reals []string
+	for _, rs := range p.tp.RealServers {
+		reals = append(reals, fmt.Sprintf("    real_server %s 80 {\n        weight 1\n    }", rs.Addr(p.tp.Backend)))
+	}
+	return fmt.Sprintf(`global_defs {
+    router_id peer
+    vrrp_version %d
+}
+vrrp_instance outside {
+    state BACKUP
+    interface %s
+    virtual_router_id 51
+    priority %d
+    %s
+    virtual_ipaddress {
+        %s
+        %s dev %s
+    }
+    virtual_ipaddress_excluded {
+        %s/32 dev %s
+    }
+}
+virtual_server %s %d {
+    lb_algo rr
+    lb_kind NAT
+    protocol TCP
+%s
+}
+`, version, p.tp.Frontend.Name, priority, v.keepalived, pairOutside, pairInside, p.tp.Backend.Name,
+		p.web.Addr(), p.tp.Frontend.Name, p.web.Addr(), p.web.Port(), strings.Join(reals, "\n"))
+}
+
+// startKeepalived runs keepalived on director i (VRRP and IPVS).
+func startKeepalived(t *testing.T, p *pair, i int, conf string) *topo.Process {
+	t.Helper()
+	dir := t.TempDir()
+	cf := filepath.Join(dir, "keepalived.conf")
+	if err := os.WriteFile(cf, []byte(conf), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p.tp.Directors[i].Start(t, "keepalived", "/usr/sbin/keepalived", "--dont-fork", "--log-console", "--log-detail", "--no-syslog",
+		"-f", cf, "-p", filepath.Join(dir, "k.pid"), "-r", filepath.Join(dir, "v.pid"), "-c", filepath.Join(dir, "c.pid"), "-b", filepath.Join(dir, "b.pid"))
+}
+
+// startMixedPair runs lbd on dir1 and keepalived on dir2, the one of
+// higher priority first: neither preempts by default, so the first
+// master stays master.
+func startMixedPair(t *testing.T, v kaVersion, version, lbdPrio, kaPrio int) (*pair, *topo.Process) {
+	t.Helper()
+	p := newPairTopology(t)
+	tp := p.tp
+	startLbd := func() {
+		p.boxes[0] = startLBD(t, tp.Directors[0], strings.Replace(pairConfig(p.web, tp, lbdPrio, v.lbd), "advert_interval = \"200ms\"\n", "", 1))
+	}
+	var ka *topo.Process
+	if lbdPrio > kaPrio {
+		startLbd()
+		p.waitRoles(t, "lbd master", "MASTER")
+		ka = startKeepalived(t, p, 1, keepalivedConfig(p, v, kaPrio, version))
+	} else {
+		ka = startKeepalived(t, p, 1, keepalivedConfig(p, v, kaPrio, version))
+		p.waitKeepalived(t, "keepalived master", true)
+		startLbd()
+	}
+	return p, ka
+}
+
+// waitKeepalived waits until the keepalived box holds the pair's
+// addresses (master) or none (backup).
+func (p *pair) waitKeepalived(t *testing.T, what string, master bool) {
+	t.Helper()
+	eventually(t, what, func() error { return p.holds(1, master) })
+}
+
+// TestPairWithKeepalived: an lbd box and an unchanged keepalived box form
+// one pair, with keepalived's defaults (version 2, a password) and with
+// version 3, and fail over both ways.
+func TestPairWithKeepalived(t *testing.T) {
+	for i, v := range kaVersions {
+		version := 2 + i
+		t.Run(v.name+": lbd master, keepalived backup", func(t *testing.T) {
+			p, ka := startMixedPair(t, v, version, 150, 100)
+			p.waitRoles(t, "lbd master", "MASTER")
+			p.waitKeepalived(t, "keepalived backup", false)
+			waitServes(t, p.client, topo.HTTP, p.web)
+			if st, _ := p.vrrpState(0); st.Refused != nil {
+				t.Errorf("lbd refused keepalived's adverts: %v", st.Refused)
+			}
+			// lbd stops: priority 0, keepalived takes over at once.
+			if err := p.boxes[0].proc.Signal(syscall.SIGTERM); err != nil {
+				t.Fatal(err)
+			}
+			p.waitKeepalived(t, "keepalived to take over", true)
+			eventually(t, "lbd's box to give its addresses up", func() error { return p.holds(0, false) })
+			waitServes(t, p.client, topo.HTTP, p.web)
+			if !strings.Contains(ka.Output(), "Entering MASTER STATE") {
+				t.Errorf("keepalived did not log its takeover:\n%s", ka.Output())
+			}
+		})
+		t.Run(v.name+": keepalived master, lbd backup", func(t *testing.T) {
+			p, ka := startMixedPair(t, v, version, 100, 150)
+			p.waitKeepalived(t, "keepalived master", true)
+			p.waitRoles(t, "lbd backup", "BACKUP")
+			waitServes(t, p.client, topo.HTTP, p.web)
+			if st, _ := p.vrrpState(0); st.Master == "" || st.MasterPriority != 150 || st.Refused != nil {
+				t.Errorf("lbd's view of keepalived: %+v", st)
+			}
+			// keepalived stops: lbd takes over.
+			if err := ka.Signal(syscall.SIGTERM); err != nil {
+				t.Fatal(err)
+			}
+			p.waitRoles(t, "lbd to take over", "MASTER")
+			eventually(t, "keepalived's box to give its addresses up", func() error { return p.holds(1, false) })
+			waitServes(t, p.client, topo.HTTP, p.web)
+		})
+	}
+}
