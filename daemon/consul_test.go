@@ -41,3 +41,38 @@ func TestRegistrations(t *testing.T) {
 		t.Errorf("a refused virtual server must be registered critical: %+v", got)
 	}
 }
+
+// A failover backup does not serve the VIPs its VRRP instance carries:
+// it registers none of them, and the master does (registrations follow
+// the role, through the VIPs the sync bound).
+func TestRegistrationsFollowTheRole(t *testing.T) {
+	cfg, err := config.Parse([]string{"lbd.toml"}, [][]byte{[]byte(`
+[[service]]
+name = "web"
+vips = ["198.18.100.1"]
+port = 80
+real_server = [{ address = "198.18.3.11" }]
+[service.consul_register]
+name = "web"
+[[vrrp]]
+name = "outside"
+interface = "eth0"
+virtual_router_id = 51
+addresses = ["198.18.2.10/24"]
+services = ["web"]
+`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	regs := map[string]config.ConsulRegister{"web": {Name: "web"}}
+	for _, tc := range []struct {
+		role    string
+		serving desired.Serving
+		want    int
+	}{{"backup", desired.HoldServices(false, "web"), 0}, {"master", desired.HoldServices(false), 1}} {
+		st := desired.Compute(desired.Input{Config: cfg, Serving: tc.serving})
+		if got := registrations(regs, st, nil); len(got) != tc.want {
+			t.Errorf("%s: %d registrations, want %d", tc.role, len(got), tc.want)
+		}
+	}
+}

@@ -94,10 +94,14 @@ type logger interface {
 type outcome struct {
 	dumps, writes int
 	errs          []error
-	setEntries    int
-	rules         int
-	draining      int
-	failed        []lvs.Key // sorted, unique
+	// syncDaemons counts the sync daemons wanted; syncErr is why they do
+	// not all run (nil when they do).
+	syncDaemons int
+	syncErr     error
+	setEntries  int
+	rules       int
+	draining    int
+	failed      []lvs.Key // sorted, unique
 }
 
 // apply makes the kernel hold st (of configuration cfg): with full, every
@@ -126,6 +130,7 @@ func (a *appliers) apply(st *desired.State, cfg *config.Config, full bool) outco
 	syncPart := a.applySync(st.SyncDaemons)
 	wg.Wait()
 	var out outcome
+	out.syncDaemons, out.syncErr = len(st.SyncDaemons), errors.Join(syncPart.errs...)
 	for _, p := range []part{timeoutsPart, addrPart, filterPart, ipvsPart, syncPart} {
 		out.dumps += p.dumps
 		out.writes += p.writes

@@ -40,6 +40,10 @@ type SyncResult struct {
 	// Failed lists the virtual servers whose kernel writes failed (the
 	// others were applied), sorted.
 	Failed []lvs.Key
+	// SyncDaemons is how many IPVS connection-sync daemons are wanted;
+	// SyncDaemonsErr why they do not all run (nil when they do).
+	SyncDaemons    int
+	SyncDaemonsErr error
 	// Waiting is set when the sync was skipped because not every source
 	// has delivered its first snapshot.
 	Waiting bool

@@ -39,6 +39,7 @@ func (d *Dataplane) sync(_ context.Context, why runner.Reason) error {
 	res.Dumps, res.Writes, res.Err = out.dumps, out.writes, out.err()
 	res.SetEntries, res.FilterRules, res.Draining, res.Failed = out.setEntries, out.rules, out.draining, out.failed
 	res.Services = len(st.Services)
+	res.SyncDaemons, res.SyncDaemonsErr = out.syncDaemons, out.syncErr
 	switch {
 	case d.applied != nil: // not the first sync
 		logChanges(d.log, d.applied.Services, st.Services)

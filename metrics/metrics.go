@@ -38,6 +38,7 @@ type Metrics struct {
 	syncHeld     prometheus.Counter
 	services     prometheus.Gauge
 	draining     prometheus.Gauge
+	syncDaemons  prometheus.Gauge
 	configLoads  *prometheus.CounterVec
 	configLast   *prometheus.GaugeVec
 	checkTime    *prometheus.HistogramVec
@@ -103,8 +104,12 @@ func (m *Metrics) registerSync() {
 		Name: "lbd_real_servers_draining",
 		Help: "Real servers kept at weight 0 until their connections end.",
 	})
+	m.syncDaemons = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "lbd_ipvs_sync_daemons",
+		Help: "IPVS connection-sync daemons running as [ha.ipvs_sync] asks (2 with it: master and backup); 0 when the last sync could not start them.",
+	})
 	m.reg.MustRegister(m.syncDuration, m.syncLast, m.syncWrites, m.kernelWrites, m.kernelDumps,
-		m.syncErrors, m.syncHeld, m.services, m.draining)
+		m.syncErrors, m.syncHeld, m.services, m.draining, m.syncDaemons)
 }
 
 // registerConfig adds the metrics of configuration loads.
@@ -184,6 +189,10 @@ func (m *Metrics) ObserveSync(r dataplane.SyncResult) {
 		m.setEntries.Set(float64(r.SetEntries))
 	}
 	m.draining.Set(float64(r.Draining))
+	m.syncDaemons.Set(float64(r.SyncDaemons))
+	if r.SyncDaemonsErr != nil {
+		m.syncDaemons.Set(0)
+	}
 	if r.Err != nil {
 		m.syncErrors.Inc()
 	}

@@ -44,6 +44,11 @@ func Build(version string, now time.Time, cfg file.Status, v dataplane.View, ann
 	if v.Last.Err != nil {
 		s.Sync.Error = v.Last.Err.Error()
 	}
+	for _, d := range v.Desired.SyncDaemons {
+		d = d.Resolved()
+		s.IPVSSync = append(s.IPVSSync, SyncDaemon{Role: d.Role.String(), Interface: d.Interface, SyncID: int(d.SyncID),
+			Group: d.Group.String(), Port: int(d.Port), TTL: int(d.TTL), MaxLen: int(d.MaxLen)})
+	}
 	for _, svc := range v.Desired.Services {
 		s.Services = append(s.Services, service(svc, v.Kernel[svc.Key], health))
 	}

@@ -70,6 +70,7 @@ func WriteText(w io.Writer, s Snapshot) error {
 	}
 	writeConsul(&b, s.Time, s.Consul)
 	writeVRRP(&b, s.Time, s.VRRP, s.VRRPError)
+	writeSync(&b, s.IPVSSync)
 	for _, a := range s.Announce {
 		fmt.Fprintf(&b, "\nARP/NDP on %s (%s): %s for %s", a.Interface, a.MAC, a.State, strings.Join(a.VIPs, " "))
 		if a.Error != "" {
@@ -168,5 +169,18 @@ func writeVRRP(b *strings.Builder, now time.Time, vs []VRRP, why string) {
 			fmt.Fprintf(b, ", refused (%s) %d", reason, v.Refused[reason])
 		}
 		b.WriteString("\n")
+	}
+}
+
+func writeSync(b *strings.Builder, ds []SyncDaemon) {
+	if len(ds) > 0 {
+		b.WriteString("\nipvs connection sync (running unless the sync above failed):\n")
+	}
+	for _, d := range ds {
+		maxLen := "from the MTU"
+		if d.MaxLen != 0 {
+			maxLen = strconv.Itoa(d.MaxLen)
+		}
+		fmt.Fprintf(b, "  %s on %s: id %d, group %s port %d ttl %d, max length %s\n", d.Role, d.Interface, d.SyncID, d.Group, d.Port, d.TTL, maxLen)
 	}
 }

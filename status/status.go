@@ -32,6 +32,21 @@ type Snapshot struct {
 	// run (their sockets cannot be opened).
 	VRRP      []VRRP `json:"vrrp,omitempty"`
 	VRRPError string `json:"vrrp_error,omitempty"`
+	// IPVSSync lists the connection-sync daemons lbd keeps running, with
+	// the kernel's defaults resolved; the last sync's error says whether
+	// they run.
+	IPVSSync []SyncDaemon `json:"ipvs_sync,omitempty"`
+}
+
+// SyncDaemon is one IPVS connection-sync daemon.
+type SyncDaemon struct {
+	Role      string `json:"role"`
+	Interface string `json:"interface"`
+	SyncID    int    `json:"sync_id"`
+	Group     string `json:"group"`
+	Port      int    `json:"port"`
+	TTL       int    `json:"ttl"`
+	MaxLen    int    `json:"max_len"`
 }
 
 // VRRP is one VRRP instance of a failover pair.

@@ -192,3 +192,19 @@ vrrp: NOT RUNNING, this box holds none of the pair's addresses: VRRP instance ou
 		})
 	}
 }
+
+func TestWriteTextSync(t *testing.T) {
+	var b strings.Builder
+	writeSync(&b, []SyncDaemon{
+		{Role: "master", Interface: "eth1", SyncID: 51, Group: "224.0.0.81", Port: 8848, TTL: 1, MaxLen: 1472},
+		{Role: "backup", Interface: "eth1", SyncID: 51, Group: "224.0.0.81", Port: 8848, TTL: 1},
+	})
+	want := `
+ipvs connection sync (running unless the sync above failed):
+  master on eth1: id 51, group 224.0.0.81 port 8848 ttl 1, max length 1472
+  backup on eth1: id 51, group 224.0.0.81 port 8848 ttl 1, max length from the MTU
+`
+	if b.String() != want {
+		t.Errorf("got:\n%s\nwant:\n%s", b.String(), want)
+	}
+}
