@@ -462,6 +462,80 @@ phase_journal() {
 		"$(journalctl -q -u lbd -o cat | grep -c 'level=WARN')"
 }
 
+# ---------------------------------------------------------------------------
+# A failover pair: the packaged lbd (box A, under systemd) and a second lbd
+# in the namespace "peer" (box B), joined by a veth; VRRP moves 10.10.9.10.
+# ---------------------------------------------------------------------------
+PAIR_ADDR=10.10.9.10
+PEER_STATE=/run/lbd-peer
+vrrp_table() { # PRIORITY
+	printf '\n[[vrrp]]\nname = "pair"\ninterface = "%s"\nvirtual_router_id = 51\npriority = %s\nadvert_interval = "200ms"\naddresses = ["%s/24"]\n' \
+		"$1" "$2" "$PAIR_ADDR"
+}
+# The VRRP line of box A (a) or B (b) in lbd status: "vrrp pair on IF
+# IPv4, VRID 51, version 3, priority P: STATE for T, N transitions".
+vrrp_line() { # a|b
+	local sock=/run/lbd/lbd.sock
+	[[ $1 == a ]] || sock=$PEER_STATE/lbd.sock
+	lbd status --socket "$sock" 2>/dev/null | grep '^vrrp pair '
+}
+vrrp_state() { vrrp_line "$1" | sed -n 's/.*: \([A-Z]*\) for .*/\1/p'; }
+roles_are() { [[ $(vrrp_state a) == "$1" && $(vrrp_state b) == "$2" ]]; }
+holds() { # a|b: the box holds the pair's address
+	if [[ $1 == a ]]; then ip -o addr show dev pairA | grep -q " $PAIR_ADDR/"; else ip -n peer -o addr show dev eth0 | grep -q " $PAIR_ADDR/"; fi
+}
+one_holds() { # a|b: that box holds the address and the other does not
+	local other=b
+	[[ $1 == a ]] || other=a
+	holds "$1" && ! holds "$other"
+}
+transitions() { vrrp_line "$1" | sed -n 's/.*, \([0-9]*\) transitions$/\1/p'; }
+
+phase_pair() {
+	phase "a failover pair: restart and upgrade of the master under systemd"
+	ip netns add peer
+	ip link add pairA type veth peer name eth0 netns peer
+	ip addr add 10.10.9.1/24 dev pairA
+	ip link set pairA up
+	ip -n peer addr add 10.10.9.2/24 dev eth0
+	ip -n peer link set eth0 up
+	ip -n peer link set lo up
+	mkdir -p /etc/lbd-peer "$PEER_STATE"
+	printf '[status]\nsocket = "%s/lbd.sock"\nmetrics_listen = ""\n' "$PEER_STATE" >/etc/lbd-peer/lbd.toml
+	vrrp_table eth0 100 >>/etc/lbd-peer/lbd.toml
+	vrrp_table pairA 150 >>/etc/lbd/lbd.toml
+	check "lbd check-config with [[vrrp]]" quiet lbd check-config
+	check "systemctl restart lbd (box A, priority 150)" systemctl restart lbd
+	ip netns exec peer lbd run -c /etc/lbd-peer/lbd.toml --state-dir "$PEER_STATE" >/run/lbd-peer.log 2>&1 &
+	local peer_pid=$!
+	check "A MASTER, B BACKUP" wait_until 30 roles_are MASTER BACKUP
+	check "only A holds $PAIR_ADDR" one_holds a
+	check "$PAIR_ADDR answers B (it is on A)" quiet ip netns exec peer "$BB" ping -c 1 -W 2 "$PAIR_ADDR"
+
+	# systemctl restart of the master: priority 0, B takes over, A comes
+	# back as backup; with preempt off, no second move.
+	check "systemctl restart lbd (the master)" systemctl restart lbd
+	check "after the restart: A BACKUP, B MASTER" wait_until 30 roles_are BACKUP MASTER
+	check "only B holds $PAIR_ADDR (no split brain)" one_holds b
+	check "A's journal: the peer took over before A gave the address up" \
+		output_has 'the peer took over; giving the addresses up' journalctl -q -u lbd -o cat
+	local before
+	before=$(transitions b)
+
+	# A package upgrade of the (now backup) box: it restarts as backup, the
+	# master is left alone.
+	check "apt-get install --reinstall (postinst restarts A)" \
+		quiet apt-get install -y -q --reinstall -o Dpkg::Use-Pty=0 "$UP_DEB" </dev/null
+	check "after the upgrade: A BACKUP, B MASTER" wait_until 30 roles_are BACKUP MASTER
+	check "B did not move (transitions $before -> $(transitions b))" test "$(transitions b)" = "$before"
+	check "only B holds $PAIR_ADDR" one_holds b
+
+	# Stopping B (the master): A takes over.
+	kill "$peer_pid"
+	wait "$peer_pid" 2>/dev/null
+	check "B stopped: A MASTER, holding $PAIR_ADDR" wait_until 30 eval '[[ $(vrrp_state a) == MASTER ]] && holds a && ! holds b'
+}
+
 main() {
 	echo "lbd-systemd-test: driver started at guest uptime $(cut -d' ' -f1 /proc/uptime)s"
 	phase_boot
@@ -475,6 +549,7 @@ main() {
 		phase_invalid_start
 		phase_seccomp
 		phase_journal
+		phase_pair
 	fi
 	phase ""
 	if ((failures)); then
