@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/lbdproject/lbd/config"
+	"github.com/lbdproject/lbd/dataplane"
 	"github.com/lbdproject/lbd/ha"
 	"github.com/lbdproject/lbd/ha/vrrp"
 	"github.com/lbdproject/lbd/status"
@@ -45,7 +47,22 @@ func (d *daemon) startHA(ctx context.Context, cfg *config.Config) {
 		st, _ := d.ha.Status()
 		return st
 	})
+	// The box joins the election only once its dataplane has synced: a
+	// master must be able to bind the addresses and forward at once (a
+	// cold first sync of a large configuration takes seconds).
+	synced := make(chan struct{})
+	var once sync.Once
+	d.dp.OnSync(func(r dataplane.SyncResult) {
+		if !r.Waiting {
+			once.Do(func() { close(synced) })
+		}
+	})
 	d.wg.Go(func() {
+		select {
+		case <-synced:
+		case <-ctx.Done():
+			return
+		}
 		if err := d.ha.Run(ctx); err != nil {
 			d.log.Error("VRRP stopped; this box holds none of the pair's addresses", "error", err)
 		}

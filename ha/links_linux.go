@@ -2,6 +2,7 @@ package ha
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"slices"
@@ -30,7 +31,12 @@ func FollowLinks(ctx context.Context, names []string, up func(name string, up bo
 		return fmt.Errorf("following links: %w", err)
 	}
 	// The state now, after subscribing so that no change is missed.
-	links, err := netlink.LinkList()
+	var links []netlink.Link
+	for range 5 { // a dump that raced a link change is read again
+		if links, err = netlink.LinkList(); !errors.Is(err, netlink.ErrDumpInterrupted) {
+			break
+		}
+	}
 	if err != nil {
 		return fmt.Errorf("listing links: %w", err)
 	}

@@ -208,7 +208,7 @@ func (p *Pair) track(ctx context.Context, r *vrrp.Runner) {
 		names = appendNew(names, p.plan.track[name]...)
 	}
 	down := map[string]bool{}
-	err := p.opts.Links(ctx, names, func(link string, up bool) {
+	update := func(link string, up bool) {
 		if down[link] == !up {
 			return
 		}
@@ -223,8 +223,19 @@ func (p *Pair) track(ctx context.Context, r *vrrp.Runner) {
 			}
 			r.SetFault(ctx, name, fault)
 		}
-	})
-	if err != nil && ctx.Err() == nil {
-		p.opts.Logger.Error("following interfaces for VRRP tracking failed; faults are no longer noticed", "error", err)
+	}
+	// Following links can fail (a netlink buffer overrun): start again,
+	// which reads every link's state anew.
+	for {
+		err := p.opts.Links(ctx, names, update)
+		if ctx.Err() != nil {
+			return
+		}
+		p.opts.Logger.Warn("following interfaces for VRRP tracking failed; starting again", "error", err, "retry_in", p.opts.Retry)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(p.opts.Retry):
+		}
 	}
 }

@@ -137,7 +137,10 @@ type Machine struct {
 	masterDown  time.Time // Backup: deadline of the master-down timer
 	// held: the master-down timer ran out, but the sync group is not
 	// ready; the backup waits for the group without a timer.
-	held    bool
+	held bool
+	// stopped: the master-down timer was cut short by a priority-0
+	// advert (the master stopped), for the transition's cause.
+	stopped bool
 	adverAt time.Time // Master: when the next advert is due
 	started time.Time
 	// lastAnnounce rate-limits the re-announcements a master makes when it
@@ -238,7 +241,7 @@ func (m *Machine) MasterDue(now time.Time) bool {
 }
 
 func (m *Machine) setMasterDown(t time.Time) {
-	m.masterDown, m.held = t, false
+	m.masterDown, m.held, m.stopped = t, false, false
 }
 
 // Tick runs the timers due at now. A backup whose master-down timer ran
@@ -250,6 +253,8 @@ func (m *Machine) Tick(now time.Time, promote bool) Output {
 	case m.state == Master && !now.Before(m.adverAt):
 		m.adverAt = now.Add(m.p.Interval)
 		return Output{Send: []Advert{m.advert(m.p.Priority)}}
+	case m.MasterDue(now) && promote && m.stopped:
+		return m.toMaster(now, CauseMasterStopped)
 	case m.MasterDue(now) && promote:
 		return m.toMaster(now, CauseMasterDown)
 	case m.MasterDue(now):
@@ -360,7 +365,7 @@ func (m *Machine) receiveBackup(now time.Time, src netip.Addr, a Advert) Output 
 		// The master stops: take over after the skew time only, so that
 		// of several backups the highest priority goes first.
 		m.setMasterDown(now.Add(m.skew()))
-		m.master, m.masterPrio = netip.Addr{}, 0
+		m.master, m.masterPrio, m.stopped = netip.Addr{}, 0, true
 		return Output{}
 	}
 	preempting := m.p.Preempt && !now.Before(m.started.Add(m.p.PreemptDelay))

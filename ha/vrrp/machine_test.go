@@ -94,7 +94,7 @@ func TestMachine(t *testing.T) {
 		{"the master stops: take over after the skew time", params(), []event{
 			{at: 100 * time.Millisecond, kind: "advert", src: peer, prio: 150, state: Backup},
 			{at: 200 * time.Millisecond, kind: "advert", src: peer, prio: 0, state: Backup},
-			{at: 200*time.Millisecond + 60937500, kind: "tick", state: Master, sent: []uint8{100}, cause: CauseMasterDown},
+			{at: 200*time.Millisecond + 60937500, kind: "tick", state: Master, sent: []uint8{100}, cause: CauseMasterStopped},
 		}},
 		{"master meets a higher peer", params(), []event{
 			{at: mdi, kind: "tick", state: Master, sent: []uint8{100}, cause: CauseMasterDown},

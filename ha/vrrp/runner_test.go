@@ -167,8 +167,8 @@ func TestRunnerPair(t *testing.T) {
 	b.mu.Lock()
 	last := b.events[len(b.events)-1]
 	b.mu.Unlock()
-	if last.To != Master || last.Cause != CauseMasterDown {
-		t.Errorf("backup's last event %+v, want MASTER after the master-down timer (skew only)", last)
+	if last.To != Master || last.Cause != CauseMasterStopped {
+		t.Errorf("backup's last event %+v, want MASTER because the master stopped (after the skew time only)", last)
 	}
 	// Make before break: the stopping master gave up only after the
 	// peer had become master.
