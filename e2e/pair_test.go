@@ -85,18 +85,12 @@ func newPairTopology(t *testing.T) *pair {
 	return &pair{tp: tp, web: webVIP(), client: tp.ClientHosts[0]}
 }
 
+// startPair starts the pair in order (see startInOrder), with IPVS
+// connection sync on the inside link.
 func startPair(t *testing.T, extra string) *pair {
 	t.Helper()
 	p := newPairTopology(t)
-	tp := p.tp
-	for i, prio := range []int{150, 100} {
-		// IPVS connection sync on the inside link, from the other box only.
-		sync := fmt.Sprintf("\n[ha.ipvs_sync]\ninterface = %q\nsync_id = 51\npeer = %q\n",
-			tp.Backend.Name, tp.Directors[1-i].Addr(tp.Backend))
-		p.boxes[i] = startLBD(t, tp.Directors[i], pairConfig(p.web, tp, prio, extra)+sync)
-	}
-	p.waitRoles(t, "the first election", "MASTER", "BACKUP")
-	waitServes(t, p.client, topo.HTTP, p.web)
+	p.startInOrder(t, func(i, prio int) string { return pairConfig(p.web, p.tp, prio, extra) + syncConfig(p.tp, i) }, p.waitRoles)
 	return p
 }
 
