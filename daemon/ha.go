@@ -37,6 +37,7 @@ func (d *daemon) startHA(ctx context.Context, cfg *config.Config) {
 		Listen:     listenVRRP,
 		OnFailover: d.dp.SetFailover,
 		Links:      ha.FollowLinks,
+		OnAnnounce: d.ann.Again,
 	}
 	if notifier != nil {
 		opts.OnEvent = notifier.Event

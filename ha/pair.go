@@ -31,6 +31,11 @@ type Options struct {
 	// OnEvent, when set, is called on every transition (notify programs,
 	// metrics), from the Pair's goroutine.
 	OnEvent func(vrrp.Event)
+	// OnAnnounce, when set, asks for the master's addresses to be
+	// announced again (gratuitous ARP, unsolicited neighbour
+	// advertisements): a partition healed, and neighbours may have learned
+	// the other box. It must not block.
+	OnAnnounce func()
 	// Links, when set, follows the state of the named interfaces: it calls
 	// up for each at once and on every change, until ctx ends. An
 	// instance whose interface or a tracked one is down is in FAULT.
@@ -102,7 +107,12 @@ func (p *Pair) Run(ctx context.Context) error {
 		Groups:  groups,
 		Dial:    func(l vrrp.Link) (vrrp.Conn, error) { return socks[l], nil },
 		OnEvent: p.onEvent,
-		Logger:  p.opts.Logger,
+		OnAnnounce: func(string) {
+			if p.opts.OnAnnounce != nil {
+				p.opts.OnAnnounce()
+			}
+		},
+		Logger: p.opts.Logger,
 	})
 	if err != nil {
 		for _, s := range socks {

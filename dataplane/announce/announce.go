@@ -189,6 +189,22 @@ func (a *Announcer) normalize(vips map[string][]netip.Addr) map[string][]netip.A
 	return want
 }
 
+// Again sends every announced address's gratuitous ARP and unsolicited
+// neighbour advertisements once more, on the usual schedule, as when it
+// was first announced: neighbours that learned another box for it (two
+// masters of a failover pair during a partition) are corrected. It never
+// blocks.
+func (a *Announcer) Again() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, l := range a.links {
+		select {
+		case l.again <- struct{}{}:
+		default:
+		}
+	}
+}
+
 // Run answers ARP and NDP and sends gratuitous ARP and unsolicited
 // neighbour advertisements until ctx ends, then closes
 // every socket, waits for all its goroutines and returns nil. Failures on

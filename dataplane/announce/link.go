@@ -31,6 +31,7 @@ type link struct {
 	// VIP stops being answered as soon as set returns.
 	vips    atomic.Pointer[vipSet]
 	changed chan struct{} // one slot: vips changed since the worker looked
+	again   chan struct{} // one slot: announce every VIP once more (Again)
 	// down has one slot: a socket's read returned ENETDOWN, which the
 	// kernel reports once when the interface goes down or is deleted.
 	down chan struct{}
@@ -50,6 +51,7 @@ func newLink(name string, log *slog.Logger, gratuitous []time.Duration, recheck 
 		cancel:     cancel,
 		done:       make(chan struct{}),
 		changed:    make(chan struct{}, 1),
+		again:      make(chan struct{}, 1),
 		down:       make(chan struct{}, 1),
 		err:        errors.New("not looked up yet"),
 	}
@@ -163,6 +165,9 @@ func (l *link) run(ctx context.Context) {
 			w.refresh()
 		case <-recheck.C:
 			w.refresh()
+		case <-l.again:
+			w.announced, w.pending = nil, nil
+			w.sync(time.Now())
 		case <-l.down:
 			// The interface went down or was deleted: look now rather than
 			// at the next recheck.
