@@ -135,9 +135,14 @@ func TestPairWithKeepalived(t *testing.T) {
 			p.waitKeepalived(t, "keepalived master", true)
 			p.waitRoles(t, "lbd backup", "BACKUP")
 			waitServes(t, p.client, topo.HTTP, p.web)
-			if st, _ := p.vrrpState(0); st.Master == "" || st.MasterPriority != 150 || st.Refused != nil {
-				t.Errorf("lbd's view of keepalived: %+v", st)
-			}
+			// lbd joins after its first sync: wait for keepalived's next
+			// advert (one a second with version 2).
+			eventually(t, "lbd to hear keepalived", func() error {
+				if st, err := p.vrrpState(0); err != nil || st.Master == "" || st.MasterPriority != 150 || st.Refused != nil {
+					return fmt.Errorf("lbd's view of keepalived: %+v (%v)", st, err)
+				}
+				return nil
+			})
 			// keepalived stops: lbd takes over.
 			if err := ka.Signal(syscall.SIGTERM); err != nil {
 				t.Fatal(err)

@@ -396,6 +396,12 @@ func (r *Runner) send(in *instance, a Advert) {
 			in.failing = true
 			continue
 		}
+		if in.failing && a.Priority > 0 && r.opts.OnAnnounce != nil {
+			// The adverts could not leave (a local firewall, the link
+			// gone): a peer may have become master and been learned by
+			// the neighbours meanwhile.
+			r.opts.OnAnnounce(in.spec.Name)
+		}
 		in.failing = false
 		in.stats.Sent++
 	}
