@@ -226,6 +226,11 @@ func ParseAdvert(b []byte, src, dst netip.Addr) (Advert, error) {
 	a.Addrs = make([]netip.Addr, b[3])
 	for i := range a.Addrs {
 		a.Addrs[i], _ = netip.AddrFromSlice(b[headerLen+i*alen : headerLen+(i+1)*alen])
+		if a.Addrs[i].Is4In6() {
+			// An IPv4 address in IPv6 clothing is no IPv6 virtual address
+			// (and would compare unequal to the IPv4 one): found by fuzzing.
+			return Advert{}, refuse(ErrBadFamily, "virtual address %v is IPv4-mapped in an IPv6 advert", a.Addrs[i])
+		}
 	}
 	return a, nil
 }
