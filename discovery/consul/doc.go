@@ -43,7 +43,10 @@
 // reset) and the service reads of a datacenter whose triggers have not
 // both answered since are made in consistent mode, which Consul refuses
 // ("Not ready to serve consistent reads") until its state has caught up.
-// Once settled, reads go back to the cheaper default mode.
+// Once settled, reads go back to the cheaper default mode. A default
+// service read that still meets such a server (sent just before it went
+// away) answers with an index below the service's previous one: it is
+// not believed, and the service is read again consistently.
 //
 // # Errors and ACLs
 //

@@ -17,6 +17,10 @@ type fetchResult struct {
 	empty     bool       // Consul's answer had no entries
 	filtered  bool       // ACLs removed entries from the answer
 	problems  []string   // entries that could not be used
+	// index is the answer's X-Consul-Index; consistent, whether the read
+	// was (see loop.backwards).
+	index      uint64
+	consistent bool
 }
 
 // fetchAll reads keys, at most MaxConcurrency at a time, then asks Consul
@@ -96,10 +100,12 @@ func (l *loop) fetch(ctx context.Context, k fetchKey, consistent bool) (res fetc
 		return fetchResult{key: k, err: fmt.Errorf("reading %s: %w", k, unwrapURLError(err))}
 	}
 	r := fetchResult{
-		key:       k,
-		empty:     len(entries) == 0,
-		filtered:  meta.ResultsFilteredByACLs,
-		instances: make([]Instance, 0, len(entries)),
+		key:        k,
+		empty:      len(entries) == 0,
+		filtered:   meta.ResultsFilteredByACLs,
+		instances:  make([]Instance, 0, len(entries)),
+		index:      meta.LastIndex,
+		consistent: consistent,
 	}
 	for _, e := range entries {
 		in, err := instanceOf(e)

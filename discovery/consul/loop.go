@@ -95,6 +95,8 @@ type fetchState struct {
 	// seen is the trigger index the latest read is known to include:
 	// changes at or below it need no new read.
 	seen uint64
+	// index is the latest believed answer's X-Consul-Index.
+	index uint64
 }
 
 // onNodes reports whether any known instance is on one of nodes.
@@ -415,6 +417,28 @@ func (l *loop) maybeRefresh(ctx context.Context) {
 	}()
 }
 
+// backwards reports whether r, a default read, answered with an index
+// below that of the service's previous answer, and if so reads again,
+// consistently. A default read sent while all looked settled can reach
+// an agent restarted meanwhile, which answers from a state store that
+// has not replayed its log yet (empty, index 1); believed, that answer
+// would drain the service. A consistent read waits for the state to
+// catch up, and is believed even when the index did go backwards (a
+// snapshot restore).
+func (l *loop) backwards(r fetchResult, fs *fetchState) bool {
+	if r.consistent || !fs.answered || r.index >= fs.index {
+		return false
+	}
+	l.log.Debug("Consul answer's index went backwards; reading again consistently", "service", r.key.String(), "was", fs.index, "now", r.index)
+	if d := l.dcs[r.key.dc]; d != nil {
+		d.resync(numPollKinds)
+		d.suspect()
+	}
+	fs.seen = 0
+	l.pending[r.key] = true
+	return true
+}
+
 // onResults takes in a refresh's reads.
 func (l *loop) onResults(res []fetchResult) {
 	l.refreshing = false
@@ -443,9 +467,13 @@ func (l *loop) onResults(res []fetchResult) {
 			continue
 		}
 		l.contacted = true
+		if l.backwards(r, fs) {
+			continue
+		}
 		delete(l.retry, r.key)
 		fs.err = nil
 		fs.answered = true
+		fs.index = r.index
 		if r.filtered && r.empty {
 			// Not "no instances": keep what was known.
 			fs.problem = fmt.Sprintf("results filtered by ACLs: the token lacks service:read on %s", r.key)

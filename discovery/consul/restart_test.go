@@ -155,3 +155,80 @@ func TestRestartedServerCatchingUpIsNotBelieved(t *testing.T) {
 		check("contact again", func(s Snapshot) bool { return s.Connected && has(s, "web", both) })
 	}
 }
+
+// Against an httptest server (see fakeTriggers): a default read that
+// answers from behind what the service's previous answer showed (an
+// agent restarted between two triggers, still catching up) is not
+// believed; the service is read again, consistently.
+func TestServiceAnswerGoingBackwardsIsReadAgain(t *testing.T) {
+	t.Parallel()
+	var (
+		mu    sync.Mutex
+		reads []bool // consistent, per read of web
+	)
+	readsOfWeb := func() []bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]bool(nil), reads...)
+	}
+	f := &fakeTriggers{script: map[string][]uint64{
+		"/v1/catalog/services": {19, 20, block},
+		"/v1/health/state/any": {19, block},
+	}}
+	f.hold = func(path string, n int) {
+		if path == "/v1/catalog/services" && n == 2 {
+			// The change comes once web's first answer is in.
+			for len(readsOfWeb()) < 1 {
+				time.Sleep(5 * time.Millisecond)
+			}
+		}
+	}
+	f.readWeb = func(w http.ResponseWriter, r *http.Request) {
+		_, consistent := r.URL.Query()["consistent"]
+		mu.Lock()
+		reads = append(reads, consistent)
+		n := len(reads)
+		mu.Unlock()
+		w.Header().Set("X-Consul-LastContact", "0")
+		switch {
+		case n > 1 && !consistent:
+			w.Header().Set("X-Consul-Index", "1") // restarted, catching up
+			fmt.Fprint(w, "[]")
+			return
+		case n == 1:
+			w.Header().Set("X-Consul-Index", "19")
+		default:
+			w.Header().Set("X-Consul-Index", "20")
+		}
+		fmt.Fprint(w, `[{"Node":{"Node":"n1","Address":"10.0.0.1"},"Service":{"ID":"web1","Service":"web","Address":"10.0.0.1","Port":80},"Checks":[]}]`)
+	}
+	srv := httptest.NewServer(f)
+	t.Cleanup(srv.Close)
+	c, err := NewClient(config.Consul{Address: strings.TrimPrefix(srv.URL, "http://")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := testOptions(t, c, nil)
+	opts.MinInterval = time.Millisecond
+	w := New(opts)
+	w.SetQueries([]Query{{Service: "web"}})
+	run(t, w)
+
+	const one = "[web1@10.0.0.1:80(passing)]"
+	waitFor(t, w, "web's instance", func(s Snapshot) bool { return has(s, "web", one) })
+	deadline := time.Now().Add(patience)
+	for len(readsOfWeb()) < 3 && time.Now().Before(deadline) {
+		select {
+		case s := <-w.Updates():
+			if !has(s, "web", one) {
+				t.Fatalf("web changed to what a server behind answered:\n%s", dump(s))
+			}
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	// The triggers settled before the first read; the change makes a
+	// second default read, answered from behind; then a consistent one.
+	if got := readsOfWeb(); len(got) < 3 || got[0] || got[1] || !got[2] {
+		t.Errorf("reads of web (consistent?) = %v, want [false false true ...]", got)
+	}
+}
