@@ -88,6 +88,27 @@ func (c *Config) checkFiles(sink *errorSink) {
 		problem(key, hc.Pos, format, args...)
 	})
 	c.checkNotifyPrograms(problem)
+	if ct := c.Conntrackd; ct.Enabled && isAbs(ct.Program) {
+		if format, args := programProblem(ct.Program, "conntrackd", "a program lbd may run"); format != "" {
+			problem("ha.conntrackd.program", ct.Pos, format, args...)
+		}
+	}
+}
+
+// programProblem says what is wrong with prog as a program lbd runs
+// (format is empty when nothing is): it exists, is a regular file and
+// executable. what and may complete the messages' "expected".
+func programProblem(prog, what, may string) (format string, args []any) {
+	fi, err := os.Stat(prog)
+	switch {
+	case err != nil:
+		return refReadProblem(err)
+	case !fi.Mode().IsRegular():
+		return "%s is not a regular file (%s); expected " + what, []any{prog, fileKind(fi.Mode())}
+	case fi.Mode().Perm()&0o111 == 0:
+		return "%s is not executable (mode %s); expected " + may, []any{prog, fi.Mode().Perm()}
+	}
+	return "", nil
 }
 
 // checkPrograms checks the program of each exec health check once.
@@ -99,15 +120,8 @@ func (c *Config) checkPrograms(problem func(key string, hc *HealthCheck, format 
 		}
 		prog := hc.Command[0]
 		seen[prog] = true
-		fi, err := os.Stat(prog)
-		switch {
-		case err != nil:
-			format, args := refReadProblem(err)
+		if format, args := programProblem(prog, "the program the check runs", "a program the check's user may run"); format != "" {
 			problem(key, hc, format, args...)
-		case !fi.Mode().IsRegular():
-			problem(key, hc, "%s is not a regular file (%s); expected the program the check runs", prog, fileKind(fi.Mode()))
-		case fi.Mode().Perm()&0o111 == 0:
-			problem(key, hc, "%s is not executable (mode %s); expected a program the check's user may run", prog, fi.Mode().Perm())
 		}
 	}
 	for i := range c.Services {

@@ -48,6 +48,9 @@ func decodeHA(root *node, c *Config) {
 	if s := t.table("ipvs_sync"); s != nil {
 		decodeIPVSSync(s, &c.IPVSSync)
 	}
+	if s := t.table("conntrackd"); s != nil {
+		decodeConntrackd(s, &c.Conntrackd)
+	}
 	t.finish()
 }
 
@@ -93,6 +96,7 @@ func isUnicast(a netip.Addr) bool {
 // validateHA checks [ha] against the rest: the sync link is not lbd's
 // dummy link, and the peer is not one of the VIPs.
 func validateHA(cfg *Config, sink *errorSink, globalsOK bool) {
+	validateConntrackd(cfg, sink)
 	s := cfg.IPVSSync
 	if !s.Enabled {
 		return

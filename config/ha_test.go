@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 )
 
@@ -49,5 +50,50 @@ func TestHADecode(t *testing.T) {
 	}
 	if s := cfg.IPVSSync; s.SyncGroup().String() != "224.0.0.81" || s.SyncPort() != 8848 || s.SyncID != 0 {
 		t.Errorf("defaults: %+v", s)
+	}
+}
+
+// ctBase is [ha.conntrackd] (lines 1-2) ahead of vbase, whose address
+// 198.18.2.10 is the floating address to SNAT to.
+const ctBase = "[ha.conntrackd]\nsnat_address = [\"198.18.2.10\"]\n"
+
+// ctProg names a program that exists (conntrackd may not be installed).
+const ctProg = "program = \"/bin/true\"\n"
+
+func TestInvalidConntrackd(t *testing.T) {
+	for _, tt := range []invalidConfig{
+		{"nothing to take the link from", map[string]string{"lbd.toml": ctBase + ctProg + vbase},
+			[][2]string{{"lbd.toml:1:1", "ha.conntrackd: has no interface and peer, and there is no [ha.ipvs_sync]"}}},
+		{"no snat address, no pair", map[string]string{"lbd.toml": "[ha.conntrackd]\ninterface = \"eth1\"\npeer = \"198.18.3.2\"\n" + ctProg},
+			[][2]string{{"lbd.toml:1:1", "ha.conntrackd: has no snat_address"}, {"lbd.toml:1:1", "ha.conntrackd: is set without [[vrrp]] instances"}}},
+		{"not floating, two of a family", map[string]string{"lbd.toml": "[ha.conntrackd]\nsnat_address = [\"198.18.2.10\", \"198.18.2.11\"]\n" + ctProg + syncBase + vbase},
+			[][2]string{{"lbd.toml:2:32", "ha.conntrackd.snat_address[1]: 198.18.2.11 is a second address of its family"},
+				{"lbd.toml:2:32", "ha.conntrackd.snat_address[1]: 198.18.2.11 is not an address of a [[vrrp]] instance"}}},
+		{"program missing", map[string]string{"lbd.toml": ctBase + "program = \"/nonexistent/conntrackd\"\n" + syncBase + vbase},
+			[][2]string{{"lbd.toml:1:1", "ha.conntrackd.program: stat /nonexistent/conntrackd: no such file or directory"}}},
+		{"bad values", map[string]string{"lbd.toml": ctBase + "peer = \"224.0.0.1\"\naddress = \"2001:2::1\"\nport = 0\nprogram = \"conntrackd\"\ninterface = \"a b\"\n" + syncBase + vbase},
+			[][2]string{{"lbd.toml:3:1", "ha.conntrackd.peer: 224.0.0.1 is not a unicast address"},
+				{"lbd.toml:5:1", "port: 0 is out of range"}, {"lbd.toml:6:1", `ha.conntrackd.program: "conntrackd" is not an absolute path`},
+				{"lbd.toml:7:1", `ha.conntrackd.interface: "a b" is not a valid interface name`},
+				{"lbd.toml:1:1", "ha.conntrackd.address: 2001:2::1 is not of the peer's family (224.0.0.1)"}}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			expectErrors(t, vrrpErrors(t, tt.files), tt.want)
+			loadBoth(t, writeConfig(t, tt.files))
+		})
+	}
+}
+
+func TestConntrackdDecode(t *testing.T) {
+	cfg, err := Parse([]string{"lbd.toml"}, [][]byte{[]byte(ctBase + syncBase + strings.Replace(vbase, "198.18.2.10/24", "198.18.2.10/24 dev eth1", 1))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := cfg.Conntrackd
+	if got := fmt.Sprintf("%v %s %s %v %d %s %v", c.Enabled, c.Interface, c.Peer, c.Address.IsValid(), c.Port, c.Program, c.SNATAddresses); got != "true eth1 198.18.3.2 false 3780 /usr/sbin/conntrackd [198.18.2.10]" {
+		t.Errorf("decoded %s", got)
+	}
+	if f, ok := cfg.FloatingAddress(c.SNATAddresses[0]); !ok || f.Interface != "eth1" {
+		t.Errorf("FloatingAddress = %v, %v; want the address on eth1", f, ok)
 	}
 }

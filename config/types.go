@@ -56,6 +56,8 @@ type Config struct {
 	VRRPSyncGroups []VRRPSyncGroup
 	// IPVSSync is [ha.ipvs_sync] (see ha.go).
 	IPVSSync IPVSSync
+	// Conntrackd is [ha.conntrackd] (see conntrackd.go).
+	Conntrackd Conntrackd
 
 	// Files lists every file the snapshot was read from, main file first.
 	Files []string

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"fmt"
 	"net/netip"
-	"os"
 	"path/filepath"
 	"slices"
 )
@@ -258,15 +257,8 @@ func (c *Config) checkNotifyPrograms(problem func(key string, fallback Pos, form
 			}
 			seen[prog] = true
 			key := path + "." + f.key
-			fi, err := os.Stat(prog)
-			switch {
-			case err != nil:
-				format, args := refReadProblem(err)
+			if format, args := programProblem(prog, "the program lbd runs on a VRRP state change", "a program lbd may run"); format != "" {
 				problem(key, fallback, format, args...)
-			case !fi.Mode().IsRegular():
-				problem(key, fallback, "%s is not a regular file (%s); expected the program lbd runs on a VRRP state change", prog, fileKind(fi.Mode()))
-			case fi.Mode().Perm()&0o111 == 0:
-				problem(key, fallback, "%s is not executable (mode %s); expected a program lbd may run", prog, fi.Mode().Perm())
 			}
 		}
 	}

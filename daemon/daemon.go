@@ -111,8 +111,9 @@ type daemon struct {
 	dp     *dataplane.Dataplane
 	ann    *announce.Announcer
 	health *healthcheck.Manager
-	consul *consulParts // nil until a configuration enables Consul
-	ha     *ha.Pair     // nil without [[vrrp]]
+	consul *consulParts   // nil until a configuration enables Consul
+	ha     *ha.Pair       // nil without [[vrrp]]
+	ct     *pairConntrack // nil without [ha.conntrackd]
 	// vrrpStart is the first configuration: its [[vrrp]] tables are the
 	// ones that run.
 	vrrpStart *config.Config

@@ -17,7 +17,7 @@ import (
 // errVRRPChanged refuses a reload that changes the failover pair: the
 // instances are read at start. Restarting lbd on a master hands the
 // addresses to the peer (priority 0) and comes back as backup.
-var errVRRPChanged = errors.New("[[vrrp]], [[vrrp_sync_group]] or [ha] changed: failover settings are read when lbd starts; " +
+var errVRRPChanged = errors.New("[[vrrp]], [[vrrp_sync_group]] or [ha] (ipvs_sync, conntrackd) changed: failover settings are read when lbd starts; " +
 	"restart lbd to apply them (on the master, the peer takes over at once and this box comes back as backup)")
 
 // startHA starts the failover pair of cfg, if it has one, before the
@@ -38,6 +38,11 @@ func (d *daemon) startHA(ctx context.Context, cfg *config.Config) {
 		OnFailover: d.dp.SetFailover,
 		Links:      ha.FollowLinks,
 		OnAnnounce: d.ann.Again,
+	}
+	if cfg.Conntrackd.Enabled {
+		d.ct = newPairConntrack(d, cfg.Conntrackd)
+		d.ct.start(ctx)
+		opts.OnFailover = d.ct.failover
 	}
 	if notifier != nil {
 		opts.OnEvent = notifier.Event
@@ -94,7 +99,7 @@ func (d *daemon) sameVRRP(cfg *config.Config) bool {
 	sameSync := func(a, b config.IPVSSync) bool { a.Pos, b.Pos = config.Pos{}, config.Pos{}; return a == b }
 	return old == nil || slices.EqualFunc(old.VRRP, cfg.VRRP, func(a, b config.VRRPInstance) bool { return a.Same(&b) }) &&
 		slices.EqualFunc(old.VRRPSyncGroups, cfg.VRRPSyncGroups, func(a, b config.VRRPSyncGroup) bool { return a.Same(&b) }) &&
-		sameSync(old.IPVSSync, cfg.IPVSSync)
+		sameSync(old.IPVSSync, cfg.IPVSSync) && old.Conntrackd.Same(&cfg.Conntrackd)
 }
 
 // releaseHA gives up the pair's addresses as lbd stops, after the VRRP
@@ -119,6 +124,9 @@ func (d *daemon) releaseHA() {
 func (d *daemon) vrrpStatus(s *status.Snapshot) {
 	if d.ha == nil {
 		return
+	}
+	if d.ct != nil {
+		d.ct.status(s)
 	}
 	st, err := d.ha.Status()
 	if err != nil {

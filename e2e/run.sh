@@ -29,7 +29,7 @@ REPO_DIR=$(cd "$E2E_DIR/.." && pwd)
 readonly E2E_DIR REPO_DIR
 
 # Debian packages the harness needs on the host (VM mode adds QEMU & co).
-readonly HOST_TOOL_PKGS=(iproute2 ipvsadm ipset iptables conntrack nftables kmod strace hping3 keepalived)
+readonly HOST_TOOL_PKGS=(iproute2 ipvsadm ipset iptables conntrack nftables kmod strace hping3 keepalived conntrackd)
 readonly VM_PKGS=(qemu-system-x86 busybox-static cpio e2fsprogs)
 
 log() { printf '[e2e] %s\n' "$*" >&2; }
@@ -110,8 +110,18 @@ ensure_packages() { # PKG...
 	[[ $EUID -eq 0 ]] || die "missing packages (run as root to install them): ${missing[*]}"
 	apt_update
 	log "apt-get install ${missing[*]}"
+	# The tools are copied into the guest; none of their services may
+	# start here (conntrackd's would, with Debian's configuration). A
+	# policy-rc.d already in place (containers have one) is left alone.
+	local policy=/usr/sbin/policy-rc.d own_policy=0
+	if [[ ! -e $policy ]]; then
+		printf '#!/bin/sh\nexit 101\n' >"$policy" && chmod 755 "$policy" && own_policy=1
+	fi
+	local rc=0
 	DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 install -y -qq \
-		--no-install-recommends "${missing[@]}" </dev/null >/dev/null
+		--no-install-recommends "${missing[@]}" </dev/null >/dev/null || rc=$?
+	((own_policy == 0)) || rm -f "$policy"
+	return "$rc"
 }
 
 # ---------------------------------------------------------------------------

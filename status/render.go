@@ -71,6 +71,7 @@ func WriteText(w io.Writer, s Snapshot) error {
 	writeConsul(&b, s.Time, s.Consul)
 	writeVRRP(&b, s.Time, s.VRRP, s.VRRPError)
 	writeSync(&b, s.IPVSSync)
+	writeConntrackd(&b, s.Time, s.Conntrackd)
 	for _, a := range s.Announce {
 		fmt.Fprintf(&b, "\nARP/NDP on %s (%s): %s for %s", a.Interface, a.MAC, a.State, strings.Join(a.VIPs, " "))
 		if a.Error != "" {
@@ -182,5 +183,28 @@ func writeSync(b *strings.Builder, ds []SyncDaemon) {
 			maxLen = strconv.Itoa(d.MaxLen)
 		}
 		fmt.Fprintf(b, "  %s on %s: id %d, group %s port %d ttl %d, max length %s\n", d.Role, d.Interface, d.SyncID, d.Group, d.Port, d.TTL, maxLen)
+	}
+}
+
+func writeConntrackd(b *strings.Builder, now time.Time, c *Conntrackd) {
+	if c == nil {
+		return
+	}
+	b.WriteString("\nconntrackd (replicates masqueraded connections):\n")
+	switch {
+	case c.Running:
+		fmt.Fprintf(b, "  running, pid %d, for %s", c.PID, now.Sub(c.Since).Round(time.Second))
+	case c.Waiting != "":
+		fmt.Fprintf(b, "  NOT STARTED: %s", c.Waiting)
+	default:
+		fmt.Fprintf(b, "  NOT RUNNING (last exit: %s)", c.LastExit)
+	}
+	fmt.Fprintf(b, "; restarts %d\n", c.Restarts)
+	if c.LastCommand != "" {
+		result := "ok"
+		if c.LastCommandError != "" {
+			result = "FAILED: " + c.LastCommandError
+		}
+		fmt.Fprintf(b, "  last transition: %s %s ago, %s\n", c.LastCommand, now.Sub(c.LastCommandAt).Round(time.Second), result)
 	}
 }

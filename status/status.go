@@ -36,6 +36,24 @@ type Snapshot struct {
 	// the kernel's defaults resolved; the last sync's error says whether
 	// they run.
 	IPVSSync []SyncDaemon `json:"ipvs_sync,omitempty"`
+	// Conntrackd is the conntrackd lbd runs for the pair, if any.
+	Conntrackd *Conntrackd `json:"conntrackd,omitempty"`
+}
+
+// Conntrackd is the state of the conntrackd lbd supervises.
+type Conntrackd struct {
+	Running  bool      `json:"running"`
+	PID      int       `json:"pid,omitempty"`
+	Since    time.Time `json:"since,omitzero"`
+	Restarts int       `json:"restarts"`
+	LastExit string    `json:"last_exit,omitempty"`
+	// Waiting says why it has not started (its link has no address yet).
+	Waiting string `json:"waiting,omitempty"`
+	// LastCommand is the latest transition's commands (commit, lead,
+	// follow), when they ran and their error.
+	LastCommand      string    `json:"last_command,omitempty"`
+	LastCommandAt    time.Time `json:"last_command_at,omitzero"`
+	LastCommandError string    `json:"last_command_error,omitempty"`
 }
 
 // SyncDaemon is one IPVS connection-sync daemon.

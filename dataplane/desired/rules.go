@@ -72,7 +72,7 @@ func Tables(dp config.Dataplane, family int) []Table {
 			"-A LBD-POSTROUTING -m mark ! --mark " + markMask + " -j RETURN",
 			// Clear the mark so that re-entering packets are not SNATed twice.
 			"-A LBD-POSTROUTING -j MARK --set-xmark " + fmt.Sprintf("%#x/0x0", mark), // --xor-mark
-			"-A LBD-POSTROUTING -j MASQUERADE --random-fully",
+			masqueradeMarked,
 		},
 		Jumps: []Jump{
 			{From: "PREROUTING", To: "LBD-SERVICES"},
@@ -104,6 +104,10 @@ func Tables(dp config.Dataplane, family int) []Table {
 	}
 	return []Table{nat, filter}
 }
+
+// masqueradeMarked is the last rule of LBD-POSTROUTING: what is marked
+// leaves from the box's own address (see withSNAT for a pair's).
+const masqueradeMarked = "-A LBD-POSTROUTING -j MASQUERADE --random-fully"
 
 // RestoreInput renders t as iptables-restore --noflush input: declaring a
 // chain flushes it, so only lbd's chains are rewritten.

@@ -211,6 +211,8 @@ addresses = ["2001:2:0:2::10/64"]
 [ha.ipvs_sync]
 interface = "eth1"
 peer = "198.18.3.2"
+[ha.conntrackd]
+snat_address = ["198.18.2.10", "2001:2:0:2::10"]
 `)})
 	if err != nil {
 		t.Fatal(err)
@@ -233,8 +235,12 @@ peer = "198.18.3.2"
 			t.Errorf("IPv%d: second full apply: %+v, %v; want no writes (rules in saved form)", fam, st, err)
 		}
 	}
-	saved := testnetns.Run(t, ns, "iptables-save", "-t", "filter") + testnetns.Run(t, ns, "ip6tables-save", "-t", "filter")
+	saved := testnetns.Run(t, ns, "iptables-save") + testnetns.Run(t, ns, "ip6tables-save")
 	for _, want := range []string{
+		"-A LBD-INPUT -s 198.18.3.2/32 -i eth1 -p udp -m udp --dport 3780 -j ACCEPT",
+		"-A LBD-INPUT -i eth1 -p udp -m udp --dport 3780 -j DROP",
+		"-A LBD-POSTROUTING -o eth0 -j SNAT --to-source 198.18.2.10 --random-fully\n-A LBD-POSTROUTING -j MASQUERADE --random-fully",
+		"-A LBD-POSTROUTING -o eth0 -j SNAT --to-source 2001:2:0:2::10 --random-fully\n-A LBD-POSTROUTING -j MASQUERADE --random-fully",
 		"-A LBD-INPUT -d 224.0.0.18/32 -i eth0 -p vrrp -j ACCEPT",
 		"-A LBD-INPUT -s 2001:2:0:2::3/128 -i eth0 -p vrrp -j ACCEPT",
 		"-A LBD-INPUT -s 198.18.3.2/32 -d 224.0.0.81/32 -i eth1 -p udp -m udp --dport 8848 -j ACCEPT",
