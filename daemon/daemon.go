@@ -114,6 +114,8 @@ type daemon struct {
 	consul *consulParts   // nil until a configuration enables Consul
 	ha     *ha.Pair       // nil without [[vrrp]]
 	ct     *pairConntrack // nil without [ha.conntrackd]
+	// haWaiting: the VRRP instances wait for the first applied sync.
+	haWaiting atomic.Bool
 	// vrrpStart is the first configuration: its [[vrrp]] tables are the
 	// ones that run.
 	vrrpStart *config.Config

@@ -58,9 +58,10 @@ func (d *daemon) startHA(ctx context.Context, cfg *config.Config) {
 	// cold first sync of a large configuration takes seconds).
 	synced := make(chan struct{})
 	var once sync.Once
+	d.haWaiting.Store(true)
 	d.dp.OnSync(func(r dataplane.SyncResult) {
 		if !r.Waiting {
-			once.Do(func() { close(synced) })
+			once.Do(func() { d.haWaiting.Store(false); close(synced) })
 		}
 	})
 	d.wg.Go(func() {
@@ -129,8 +130,14 @@ func (d *daemon) vrrpStatus(s *status.Snapshot) {
 		d.ct.status(s)
 	}
 	st, err := d.ha.Status()
-	if err != nil {
+	switch {
+	case err != nil:
 		s.VRRPError = err.Error()
+	case d.haWaiting.Load():
+		// Safe (the box holds none of the pair's addresses), but an admin
+		// whose Consul is unreachable must see why this box never
+		// becomes master.
+		s.VRRPError = "not started: this box joins the election after its first dataplane sync, which waits for every source (see sync above)"
 	}
 	for _, v := range st {
 		out := status.VRRP{Name: v.Name, Group: v.Group, Interface: v.Link.Interface, Family: v.Link.Family, VRID: int(v.VRID),

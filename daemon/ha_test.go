@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/lbdproject/lbd/config"
+	"github.com/lbdproject/lbd/ha"
+	"github.com/lbdproject/lbd/status"
 )
 
 const haBase = `
@@ -37,6 +39,31 @@ func haConfig(t *testing.T, text string) *config.Config {
 	return cfg
 }
 
+const haConntrackd = `
+[ha.conntrackd]
+interface = "eth1"
+peer = "198.19.10.3"
+snat_address = ["198.18.2.10"]
+`
+
+// TestVRRPWaitingStatus: until the first sync, status says why the box
+// has not joined the election.
+func TestVRRPWaitingStatus(t *testing.T) {
+	d := &daemon{ha: ha.New(haConfig(t, haBase+fmt.Sprintf(haInstance, 150, 5, "5s")), ha.Options{})}
+	d.haWaiting.Store(true)
+	var s status.Snapshot
+	d.vrrpStatus(&s)
+	if !strings.Contains(s.VRRPError, "joins the election after its first dataplane sync") {
+		t.Errorf("waiting: VRRPError %q", s.VRRPError)
+	}
+	d.haWaiting.Store(false)
+	s = status.Snapshot{}
+	d.vrrpStatus(&s)
+	if s.VRRPError != "" {
+		t.Errorf("after the first sync: VRRPError %q", s.VRRPError)
+	}
+}
+
 func TestSameVRRP(t *testing.T) {
 	start := haConfig(t, haBase+fmt.Sprintf(haInstance, 150, 5, "5s"))
 	for _, tc := range []struct {
@@ -47,6 +74,7 @@ func TestSameVRRP(t *testing.T) {
 		{"only services changed", strings.Replace(haBase, "80", "8080", 1) + fmt.Sprintf(haInstance, 150, 5, "5s"), true},
 		{"the priority changed", haBase + fmt.Sprintf(haInstance, 100, 5, "5s"), false},
 		{"VRRP removed", haBase, false},
+		{"conntrackd added", haBase + fmt.Sprintf(haInstance, 150, 5, "5s") + haConntrackd, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			d := &daemon{vrrpStart: start}
@@ -55,8 +83,14 @@ func TestSameVRRP(t *testing.T) {
 			}
 		})
 	}
+	// Where [ha.conntrackd] is written does not count.
+	withCT := haConfig(t, haBase+fmt.Sprintf(haInstance, 150, 5, "5s")+haConntrackd)
+	d := &daemon{vrrpStart: withCT}
+	if !d.sameVRRP(haConfig(t, haBase+fmt.Sprintf(haInstance, 150, 5, "5s")+"\n\n"+haConntrackd)) {
+		t.Errorf("moved [ha.conntrackd] is a change")
+	}
 	// Started without VRRP: adding it needs a restart too.
-	d := &daemon{vrrpStart: haConfig(t, haBase)}
+	d = &daemon{vrrpStart: haConfig(t, haBase)}
 	if d.sameVRRP(start) {
 		t.Errorf("adding [[vrrp]] on reload was taken")
 	}
