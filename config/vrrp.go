@@ -23,6 +23,7 @@ const (
 	defaultAdvertV2     = time.Second
 	defaultGARPRepeat   = 5               // keepalived's
 	defaultGARPDelay    = 5 * time.Second // keepalived's
+	defaultTrackSyncs   = 3
 
 	// maxAdvertV3 is the largest VRRPv3 interval: 12 bits of centiseconds.
 	maxAdvertV3 = 4095 * 10 * time.Millisecond
@@ -64,15 +65,23 @@ type VRRPInstance struct {
 	AllServices bool
 	// TrackInterfaces put the instance in FAULT while one is down.
 	TrackInterfaces []string
-	GARPRepeat      int           // gratuitous ARP / NA burst on becoming master
-	GARPDelay       time.Duration // repeat the burst once after this; 0 never
-	Notify          Notify
-	Pos             Pos
+	// TrackSyncs puts the instance in FAULT after that many dataplane
+	// syncs failed in a row (0: never): a box that cannot program its
+	// kernel should not hold the addresses.
+	TrackSyncs int
+	// TrackServices put the instance in FAULT while one of them has fewer
+	// healthy real servers than its quorum.
+	TrackServices []string
+	GARPRepeat    int           // gratuitous ARP / NA burst on becoming master
+	GARPDelay     time.Duration // repeat the burst once after this; 0 never
+	Notify        Notify
+	Pos           Pos
 
 	prov provenance
 	// The key of each of Services, Addresses, ExcludedAddresses (an
 	// element refused where it is decoded has none).
 	serviceKeys, addressKeys, excludedKeys []string
+	trackServiceKeys                       []string
 }
 
 // VRRPAddress is one address of an instance: ADDR/LEN on Interface (the
@@ -201,7 +210,7 @@ func (c *Config) VRRPCarrier(service string) (instance string, ok bool) {
 func (v *VRRPInstance) Same(o *VRRPInstance) bool {
 	a, b := *v, *o
 	for _, x := range []*VRRPInstance{&a, &b} {
-		x.Pos, x.prov, x.serviceKeys, x.addressKeys, x.excludedKeys = Pos{}, provenance{}, nil, nil, nil
+		x.Pos, x.prov, x.serviceKeys, x.addressKeys, x.excludedKeys, x.trackServiceKeys = Pos{}, provenance{}, nil, nil, nil, nil
 	}
 	return reflect.DeepEqual(a, b)
 }

@@ -27,6 +27,7 @@ func decodeVRRPInstance(n *node) VRRPInstance {
 		Priority:   defaultVRRPPriority,
 		GARPRepeat: defaultGARPRepeat,
 		GARPDelay:  defaultGARPDelay,
+		TrackSyncs: defaultTrackSyncs,
 		Pos:        n.pos(""),
 		prov:       provenance{path: n.path},
 	}
@@ -38,6 +39,11 @@ func decodeVRRPInstance(n *node) VRRPInstance {
 	v.ExcludedAddresses, v.excludedKeys = vrrpAddresses(n, "excluded_addresses", v.Interface)
 	decodeVRRPServices(n, &v)
 	v.TrackInterfaces = interfaceNames(n, "track_interfaces")
+	n.integer("track_syncs", &v.TrackSyncs, 0, 1000)
+	v.TrackServices, v.trackServiceKeys = n.names("track_services", "service names")
+	for _, k := range v.trackServiceKeys {
+		v.prov.keep(n, k)
+	}
 	n.integer("garp_master_repeat", &v.GARPRepeat, 1, 100)
 	n.duration("garp_master_delay", &v.GARPDelay, 0, time.Hour)
 	decodeNotify(n, &v.Notify)

@@ -42,6 +42,9 @@ var vrrpInvalid = []invalidConfig{
 			{"lbd.toml:7:1", "vrrp[0].virtual_ipaddress: unknown key"}}},
 	{"priority 255", map[string]string{"lbd.toml": vbase + "priority = 255\n"},
 		[][2]string{{"lbd.toml:6:1", `vrrp[0].priority: 255 is the address owner's priority (keepalived's "priority 255"): lbd never owns the addresses it moves; expected 1 to 254`}}},
+	{"tracking", map[string]string{"lbd.toml": vbase + "track_syncs = -1\ntrack_services = [\"nope\"]\n"},
+		[][2]string{{"lbd.toml:6:1", "vrrp[0].track_syncs: -1 is out of range; expected an integer from 0 to 1000"},
+			{"lbd.toml:7:1", `vrrp[0].track_services[0]: no service is named "nope" in the files`}}},
 	{"priority 0", map[string]string{"lbd.toml": vbase + "priority = 0\n"},
 		[][2]string{{"lbd.toml:6:1", "vrrp[0].priority: 0 is out of range; expected an integer from 1 to 254"}}},
 	{"version 4", map[string]string{"lbd.toml": vbase + "version = 4\nadvert_interval = \"15ms\"\n"},
@@ -235,6 +238,8 @@ addresses = ["198.18.2.10/24", "198.18.3.1/24 dev eth1", "198.18.2.11"]
 excluded_addresses = ["2001:2:0:2::10/64 dev eth0", "198.18.4.1/24"]
 services = ["web"]
 track_interfaces = ["eth1"]
+track_syncs = 5
+track_services = ["web"]
 garp_master_repeat = 3
 garp_master_delay = "0s"
 notify = "` + prog + `"
@@ -280,18 +285,18 @@ func TestVRRPDecode(t *testing.T) {
 		AuthPass:          "s3cret",
 		Addresses:         []VRRPAddress{{p("198.18.2.10/24"), "eth0"}, {p("198.18.3.1/24"), "eth1"}, {p("198.18.2.11/32"), "eth0"}},
 		ExcludedAddresses: []VRRPAddress{{p("2001:2:0:2::10/64"), "eth0"}, {p("198.18.4.1/24"), "eth0"}},
-		Services:          []string{"web"}, TrackInterfaces: []string{"eth1"}, GARPRepeat: 3, GARPDelay: 0,
+		Services:          []string{"web"}, TrackInterfaces: []string{"eth1"}, TrackSyncs: 5, TrackServices: []string{"web"}, GARPRepeat: 3, GARPDelay: 0,
 		Notify: Notify{prog, prog, prog, prog, prog},
 	}
 	if !o.Same(&want) {
 		t.Errorf("instance:\n got %+v\nwant %+v", o, want)
 	}
-	if o.Pos.Line != 1 || in.Pos.Line != 26 || g.Pos.Line != 32 {
+	if o.Pos.Line != 1 || in.Pos.Line != 28 || g.Pos.Line != 34 {
 		t.Errorf("positions %v %v %v", o.Pos, in.Pos, g.Pos)
 	}
 	// Only what an instance must say: the rest is lbd's defaults.
 	wantIn := VRRPInstance{Name: "inside6", Interface: "eth1", VRID: 51, Version: 3, Priority: 100, AdvertInterval: 200 * time.Millisecond,
-		Addresses: []VRRPAddress{{p("2001:2:0:10::1/64"), "eth1"}}, GARPRepeat: 5, GARPDelay: 5 * time.Second}
+		Addresses: []VRRPAddress{{p("2001:2:0:10::1/64"), "eth1"}}, TrackSyncs: 3, GARPRepeat: 5, GARPDelay: 5 * time.Second}
 	if !in.Same(&wantIn) || in.Family() != 6 || o.Family() != 4 {
 		t.Errorf("defaults:\n got %+v\nwant %+v", in, wantIn)
 	}

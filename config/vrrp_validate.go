@@ -102,6 +102,14 @@ func checkVRRPServices(cfg *Config, problem vrrpProblem) (carried map[string]int
 			carried[name] = i
 		}
 	}
+	for i := range cfg.VRRP {
+		v := &cfg.VRRP[i]
+		for j, name := range v.TrackServices {
+			if _, ok := services[name]; !ok && j < len(v.trackServiceKeys) {
+				problem(&v.prov, v.Pos, v.trackServiceKeys[j], "no service is named %q in the files; expected the name of a [[service]] whose quorum the instance follows", name)
+			}
+		}
+	}
 	if all >= 0 {
 		a := &cfg.VRRP[all]
 		for i := range cfg.VRRP {

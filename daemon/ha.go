@@ -49,6 +49,8 @@ func (d *daemon) startHA(ctx context.Context, cfg *config.Config) {
 	}
 	d.ha = ha.New(cfg, opts)
 	d.dp.SetFailover(d.ha.Failover())
+	track := &haTracker{instances: cfg.VRRP, set: d.ha.SetFault, applied: d.dp.Applied}
+	d.dp.OnSync(track.onSync)
 	d.m.WatchVRRP(func() []vrrp.Status {
 		st, _ := d.ha.Status()
 		return st

@@ -51,9 +51,11 @@ type Pair struct {
 	cfg  map[string]*config.VRRPInstance
 	opts Options
 
-	mu     sync.Mutex // guards runner, master, openErr
+	mu     sync.Mutex // guards runner, runCtx, master, openErr
 	runner *vrrp.Runner
+	runCtx context.Context // Run's, for SetFault
 	master map[string]bool
+	faults *faults
 	// openErr is why the sockets could not be opened yet.
 	openErr error
 }
@@ -66,7 +68,7 @@ func New(cfg *config.Config, opts Options) *Pair {
 	if opts.Retry <= 0 {
 		opts.Retry = 5 * time.Second
 	}
-	p := &Pair{plan: newPlan(cfg), cfg: map[string]*config.VRRPInstance{}, opts: opts, master: map[string]bool{}}
+	p := &Pair{plan: newPlan(cfg), cfg: map[string]*config.VRRPInstance{}, opts: opts, master: map[string]bool{}, faults: newFaults()}
 	for i := range cfg.VRRP {
 		p.cfg[cfg.VRRP[i].Name] = &cfg.VRRP[i]
 	}
@@ -121,9 +123,12 @@ func (p *Pair) Run(ctx context.Context) error {
 		return fmt.Errorf("VRRP: %w", err)
 	}
 	p.mu.Lock()
-	p.runner = r
+	p.runner, p.runCtx = r, ctx
 	p.mu.Unlock()
 	tctx, stopTracking := context.WithCancel(ctx)
+	// Faults the daemon set before the instances started.
+	wg0 := sync.WaitGroup{}
+	wg0.Go(func() { p.applyFaults(tctx, r) })
 	var wg sync.WaitGroup
 	if p.opts.Links != nil {
 		wg.Go(func() { p.track(tctx, r) })
@@ -131,6 +136,7 @@ func (p *Pair) Run(ctx context.Context) error {
 	err = r.Run(ctx)
 	stopTracking()
 	wg.Wait()
+	wg0.Wait()
 	return err
 }
 
@@ -219,20 +225,15 @@ func (p *Pair) track(ctx context.Context, r *vrrp.Runner) {
 	}
 	down := map[string]bool{}
 	update := func(link string, up bool) {
-		if down[link] == !up {
+		if known, was := down[link]; was && known == !up {
 			return
 		}
 		down[link] = !up
 		if !up {
 			p.opts.Logger.Warn("tracked interface down", "interface", link)
 		}
-		for _, name := range p.plan.order {
-			fault := false
-			for _, l := range p.plan.track[name] {
-				fault = fault || down[l]
-			}
-			r.SetFault(ctx, name, fault)
-		}
+		p.setLink(link, up)
+		p.applyFaults(ctx, r)
 	}
 	// Following links can fail (a netlink buffer overrun): start again,
 	// which reads every link's state anew.

@@ -194,3 +194,63 @@ func TestPairRetriesOpening(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// The daemon's faults and the tracked interfaces combine: any one puts
+// the instance in FAULT, one set before Run holds from the start, and
+// the instance leaves FAULT only when none is left.
+func TestPairDaemonFaults(t *testing.T) {
+	cfg, err := config.Parse([]string{"lbd.toml"}, [][]byte{[]byte(onePair)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &failovers{cfg: cfg}
+	sock := &loneSocket{src: netip.MustParseAddr("198.18.2.2"), closed: make(chan struct{})}
+	links := make(chan func(string, bool), 1)
+	p := New(cfg, Options{
+		Listen:     func(vrrp.Link) (Socket, error) { return sock, nil },
+		OnFailover: f.set,
+		Links: func(ctx context.Context, names []string, up func(string, bool)) error {
+			up("eth0", true)
+			up("eth1", true)
+			links <- up
+			<-ctx.Done()
+			return nil
+		},
+	})
+	const backup = "[198.18.100.20] [{198.18.2.10/24 eth0 true} {198.19.10.1/24 eth1 true}]"
+	const master = "[198.18.100.10 198.18.100.20] [{198.18.2.10/24 eth0 false} {198.19.10.1/24 eth1 false}]"
+	p.SetFault("outside", FaultSyncs, true)
+	f.set(p.Failover())
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	up := <-links
+	stateIs := func(what string, want vrrp.State) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+			if st, _ := p.Status(); len(st) == 1 && st[0].State == want {
+				return
+			}
+			if time.Now().After(deadline) {
+				st, _ := p.Status()
+				t.Fatalf("%s: %+v, want %v", what, st, want)
+			}
+		}
+	}
+	stateIs("syncs failing from the start", vrrp.Fault)
+	f.wait(t, "syncs failing from the start", backup)
+	up("eth1", false)
+	p.SetFault("outside", FaultSyncs, false)
+	stateIs("syncs fine, eth1 down", vrrp.Fault)
+	up("eth1", true)
+	f.wait(t, "no fault left", master)
+	p.SetFault("outside", FaultQuorum, true)
+	f.wait(t, "below quorum", backup)
+	stateIs("below quorum", vrrp.Fault)
+	p.SetFault("outside", FaultQuorum, false)
+	f.wait(t, "quorum again", master)
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
