@@ -116,6 +116,10 @@ type daemon struct {
 	ct     *pairConntrack // nil without [ha.conntrackd]
 	// haWaiting: the VRRP instances wait for the first applied sync.
 	haWaiting atomic.Bool
+	cs        *connSync // nil without [ha.ipvs_sync]
+	// wasMaster: this box was master as a planned stop began (written
+	// before the instances stop, read by releaseHA after).
+	wasMaster bool
 	// vrrpStart is the first configuration: its [[vrrp]] tables are the
 	// ones that run.
 	vrrpStart *config.Config

@@ -44,8 +44,19 @@ func (d *daemon) startHA(ctx context.Context, cfg *config.Config) {
 		d.ct.start(ctx)
 		opts.OnFailover = d.ct.failover
 	}
+	var onEvent []func(vrrp.Event)
 	if notifier != nil {
-		opts.OnEvent = notifier.Event
+		onEvent = append(onEvent, notifier.Event)
+	}
+	if cfg.IPVSSync.Enabled {
+		d.cs = newConnSync(d)
+		d.wg.Go(func() { d.cs.run(ctx) })
+		onEvent = append(onEvent, d.cs.event)
+	}
+	opts.OnEvent = func(e vrrp.Event) {
+		for _, f := range onEvent {
+			f(e)
+		}
 	}
 	d.ha = ha.New(cfg, opts)
 	d.dp.SetFailover(d.ha.Failover())
@@ -72,7 +83,18 @@ func (d *daemon) startHA(ctx context.Context, cfg *config.Config) {
 		case <-ctx.Done():
 			return
 		}
-		if err := d.ha.Run(ctx); err != nil {
+		// A planned stop hands over only once this box's connections are
+		// on their way to the peer (see connSync).
+		pctx, handOver := context.WithCancel(context.WithoutCancel(ctx))
+		defer handOver()
+		go func() {
+			<-ctx.Done()
+			if d.cs != nil {
+				d.cs.planned(pctx, d.isMaster())
+			}
+			handOver()
+		}()
+		if err := d.ha.Run(pctx); err != nil {
 			d.log.Error("VRRP stopped; this box holds none of the pair's addresses", "error", err)
 		}
 		if notifier == nil {
@@ -116,11 +138,28 @@ func (d *daemon) releaseHA() {
 	d.dp.SetFailover(d.ha.Failover())
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	if d.cs != nil && d.wasMaster {
+		// Connections opened during the handover, before the neighbours
+		// followed the peer: the peer is master, its backup daemon runs.
+		d.cs.send(ctx, "planned stop, after the handover")
+	}
 	if err := d.dp.Release(ctx); err != nil {
 		d.log.Error("giving up the failover pair's addresses failed; remove them by hand (ip addr) or the peer and this box both hold them", "error", err)
 		return
 	}
 	d.log.Info("the failover pair's addresses are given up; the rest of the dataplane stays in place")
+}
+
+// isMaster reports whether any instance is master here now, and
+// remembers it for releaseHA.
+func (d *daemon) isMaster() bool {
+	st, _ := d.ha.Status()
+	for _, v := range st {
+		if v.State == vrrp.Master {
+			d.wasMaster = true
+		}
+	}
+	return d.wasMaster
 }
 
 // vrrpStatus fills s's VRRP part.
