@@ -30,6 +30,7 @@ type pairConntrack struct {
 	cmds    ctCommands         // ct's, once it is set
 	waiting string
 	latest  *failoverState
+	master  bool // the latest applied state binds addresses
 	wake    chan struct{}
 }
 
@@ -101,6 +102,16 @@ func (p *pairConntrack) run(ctx context.Context) {
 		Settings: conntrackd.Settings{Interface: p.cfg.Interface, Local: local, Peer: p.cfg.Peer, Port: p.cfg.Port,
 			Dir: filepath.Join(p.d.opts.StateDir, "conntrackd")},
 		Logger: p.d.log,
+		// A new conntrackd's external cache is empty: a backup asks the
+		// peer for its entries at once, not at the next transition.
+		OnStarted: func() {
+			p.mu.Lock()
+			master := p.master
+			p.mu.Unlock()
+			if !master {
+				p.command(ctx, p.commands().Follow)
+			}
+		},
 	})
 	p.mu.Lock()
 	p.ct, p.cmds, p.waiting = ct, ct, ""
@@ -161,6 +172,9 @@ func (p *pairConntrack) sequence(ctx context.Context) {
 		}
 		p.set(st.serving, st.floating)
 		active = now
+		p.mu.Lock()
+		p.master = len(now) > 0
+		p.mu.Unlock()
 		switch {
 		case ct == nil:
 		case gained:

@@ -161,7 +161,7 @@ ensure_kernel() {
 # Packages the test itself needs in the guest, beyond what lbd pulls in:
 # ip (namespaces, veths) and kmod (the kernel's request_module runs
 # /sbin/modprobe for veth, ipvs schedulers, ...).
-readonly IMAGE_PKGS=(iproute2 kmod)
+readonly IMAGE_PKGS=(iproute2 kmod conntrackd)
 # Timers that would run apt, dpkg or fsck jobs in the middle of a test;
 # firstboot would prompt on the console.
 readonly IMAGE_MASK=(apt-daily.timer apt-daily-upgrade.timer dpkg-db-backup.timer e2scrub_all.timer

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -54,6 +55,7 @@ if [ $# -eq 2 ]; then
 	echo "[notice] -- starting in console mode --"
 	echo "[warning] something odd"
 	[ -e "$d/exit" ] && exit 3
+	: > "$d/run/ctl"
 	exec sleep 60
 fi
 printf "%s\n" "$3" >> "$d/commands"
@@ -95,13 +97,16 @@ func eventually(t *testing.T, what string, cond func() bool) {
 func TestDaemon(t *testing.T) {
 	prog, dir := fakeProgram(t)
 	var logs syncBuffer
+	var started atomic.Int32
 	d := New(Options{Program: prog, Settings: Settings{Interface: "eth1", Local: netip.MustParseAddr("198.19.10.2"),
 		Peer: netip.MustParseAddr("198.19.10.3"), Port: 3780, Dir: filepath.Join(dir, "run")},
-		Logger: slog.New(slog.NewTextHandler(&logs, nil)), MinRestart: 10 * time.Millisecond})
+		Logger: slog.New(slog.NewTextHandler(&logs, nil)), MinRestart: 10 * time.Millisecond,
+		OnStarted: func() { started.Add(1) }})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- d.Run(ctx) }()
 	eventually(t, "running", func() bool { return d.Status().Running })
+	eventually(t, "OnStarted called", func() bool { return started.Load() == 1 })
 	eventually(t, "its output logged", func() bool {
 		return strings.Contains(logs.String(), `level=WARN msg="conntrackd: [warning] something odd"`)
 	})
@@ -140,6 +145,7 @@ func TestDaemon(t *testing.T) {
 	eventually(t, "restarted", func() bool { return d.Status().Restarts >= 2 })
 	os.Remove(filepath.Join(dir, "exit"))
 	eventually(t, "running again", func() bool { st := d.Status(); return st.Running && st.PID != pid })
+	eventually(t, "OnStarted called after the restart", func() bool { return started.Load() >= 2 })
 	if !strings.Contains(logs.String(), "conntrackd exited") {
 		t.Errorf("no exit logged:\n%s", logs.String())
 	}

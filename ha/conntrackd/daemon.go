@@ -29,6 +29,10 @@ type Options struct {
 	// MinRestart and MaxRestart bound the wait before restarting a
 	// daemon that exited (1 s and 30 s if 0), doubling in between.
 	MinRestart, MaxRestart time.Duration
+	// OnStarted, when set, is called (from a goroutine of its own) once a
+	// started conntrackd answers on its control socket: a new one knows
+	// nothing of the peer's entries and may ask for them.
+	OnStarted func()
 }
 
 // Status is what lbd status shows of conntrackd.
@@ -93,6 +97,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		// outright (Pdeathsig ended it) would keep the new one from
 		// starting.
 		os.Remove(filepath.Join(d.opts.Settings.Dir, "lock"))
+		os.Remove(filepath.Join(d.opts.Settings.Dir, "ctl")) // its socket: see whenAnswering
 		began := time.Now()
 		err := d.runOnce(ctx)
 		if ctx.Err() != nil {
@@ -137,6 +142,9 @@ func (d *Daemon) runOnce(ctx context.Context) error {
 		defer close(logged)
 		d.logLines(out)
 	}()
+	if d.opts.OnStarted != nil {
+		go d.whenAnswering(ctx, cmd.Process.Pid)
+	}
 	stop := context.AfterFunc(ctx, func() {
 		cmd.Process.Signal(syscall.SIGTERM)
 		time.AfterFunc(5*time.Second, func() { cmd.Process.Kill() })
@@ -156,6 +164,22 @@ func exitText(err error) string {
 		return "exited"
 	}
 	return err.Error()
+}
+
+// whenAnswering calls OnStarted once conntrackd's control socket exists,
+// unless that conntrackd (pid) stopped or 10 s passed.
+func (d *Daemon) whenAnswering(ctx context.Context, pid int) {
+	sock := filepath.Join(d.opts.Settings.Dir, "ctl")
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
+		if st := d.Status(); !st.Running || st.PID != pid || ctx.Err() != nil {
+			return
+		}
+		if _, err := os.Stat(sock); err == nil {
+			d.opts.OnStarted()
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // maxLine bounds a logged line of conntrackd's output.

@@ -491,6 +491,17 @@ one_holds() { # a|b: that box holds the address and the other does not
 }
 transitions() { vrrp_line "$1" | sed -n 's/.*, \([0-9]*\) transitions$/\1/p'; }
 
+conntrackd_table() { # INTERFACE PEER
+	printf '\n[ha.conntrackd]\ninterface = "%s"\npeer = "%s"\nsnat_address = ["%s"]\n' "$1" "$2" "$PAIR_ADDR"
+}
+# lbd_conntrackd_in_unit: the conntrackd lbd runs is in lbd.service's
+# cgroup (the unit's sandbox) and lbd status says it runs.
+lbd_conntrackd_in_unit() {
+	local pid
+	pid=$(pgrep -f '^/usr/sbin/conntrackd -C /run/lbd/conntrackd/conntrackd.conf$') || return 1
+	grep -q '/lbd.service$' "/proc/$pid/cgroup" && status_has '^  running, pid '"$pid"
+}
+
 phase_pair() {
 	phase "a failover pair: restart and upgrade of the master under systemd"
 	ip netns add peer
@@ -504,6 +515,10 @@ phase_pair() {
 	printf '[status]\nsocket = "%s/lbd.sock"\nmetrics_listen = ""\n' "$PEER_STATE" >/etc/lbd-peer/lbd.toml
 	vrrp_table eth0 100 >>/etc/lbd-peer/lbd.toml
 	vrrp_table pairA 150 >>/etc/lbd/lbd.toml
+	# conntrackd (Debian's, whose own service also runs here, untouched)
+	# replicates NAT state between the boxes; lbd runs it as its child.
+	conntrackd_table eth0 10.10.9.1 >>/etc/lbd-peer/lbd.toml
+	conntrackd_table pairA 10.10.9.2 >>/etc/lbd/lbd.toml
 	check "lbd check-config with [[vrrp]]" quiet lbd check-config
 	check "systemctl restart lbd (box A, priority 150)" systemctl restart lbd
 	ip netns exec peer lbd run -c /etc/lbd-peer/lbd.toml --state-dir "$PEER_STATE" >/run/lbd-peer.log 2>&1 &
@@ -511,6 +526,9 @@ phase_pair() {
 	check "A MASTER, B BACKUP" wait_until 30 roles_are MASTER BACKUP
 	check "only A holds $PAIR_ADDR" one_holds a
 	check "$PAIR_ADDR answers B (it is on A)" quiet ip netns exec peer "$BB" ping -c 1 -W 2 "$PAIR_ADDR"
+	check "A's conntrackd runs under lbd's unit" wait_until 15 lbd_conntrackd_in_unit
+	check "A's conntrackd took the lead (commit, then -f -R -B)" wait_until 15 status_has 'last transition: lead .* ok'
+	check "B's conntrackd asked A for its entries (a new backup)" wait_until 15 output_has 'resync requested' cat /run/lbd-peer.log
 
 	# systemctl restart of the master: priority 0, B takes over, A comes
 	# back as backup; with preempt off, no second move.
@@ -519,6 +537,8 @@ phase_pair() {
 	check "only B holds $PAIR_ADDR (no split brain)" one_holds b
 	check "A's journal: the peer took over before A gave the address up" \
 		output_has 'the peer took over; giving the addresses up' journalctl -q -u lbd -o cat
+	check "B committed A's entries before binding" output_has 'Committed [0-9]+ new entries' cat /run/lbd-peer.log
+	check "A's new conntrackd asked B for its entries" wait_until 15 status_has 'last transition: follow .* ok'
 	local before
 	before=$(transitions b)
 
