@@ -6,13 +6,12 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"runtime"
 	"syscall"
 
-	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
 	"github.com/lbdproject/lbd/dataplane/syncd"
+	"github.com/lbdproject/lbd/internal/netnsrun"
 )
 
 // tablePath is the table of the reading thread's network namespace
@@ -30,7 +29,7 @@ const (
 // namespace; read it with NewReader.
 func OpenTable(nsPath string) (*os.File, error) {
 	var f *os.File
-	err := inNetns(nsPath, func() error {
+	err := netnsrun.Do(nsPath, func() error {
 		var err error
 		f, err = os.Open(tablePath)
 		if errors.Is(err, os.ErrNotExist) {
@@ -60,7 +59,7 @@ func Dial(nsPath string, d syncd.Daemon, o Options) (*Sender, error) {
 	}
 	r := d.Resolved()
 	var s *Sender
-	err := inNetns(nsPath, func() error {
+	err := netnsrun.Do(nsPath, func() error {
 		out, maxLen, err := dialGroup(r)
 		if err != nil {
 			return err
@@ -125,41 +124,4 @@ func setMulticast(fd int, v6 bool, ifindex int, ttl uint8) error {
 		unix.SetsockoptInt(fd, unix.IPPROTO_IP, unix.IP_MULTICAST_TTL, int(ttl)),
 		unix.SetsockoptInt(fd, unix.IPPROTO_IP, unix.IP_MULTICAST_LOOP, 0),
 		unix.SetsockoptInt(fd, unix.IPPROTO_IP, unix.IP_MTU_DISCOVER, unix.IP_PMTUDISC_DONT))
-}
-
-// inNetns runs fn on a thread of its own in the network namespace at
-// path ("" runs it here). Sockets and files fn opens stay bound to that
-// namespace. A thread that cannot get back to its namespace is thrown
-// away with its goroutine.
-func inNetns(path string, fn func() error) error {
-	if path == "" {
-		return fn()
-	}
-	target, err := netns.GetFromPath(path)
-	if err != nil {
-		return fmt.Errorf("opening network namespace %s: %w", path, err)
-	}
-	defer target.Close()
-	done := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := netns.Get()
-		if err != nil {
-			runtime.UnlockOSThread()
-			done <- err
-			return
-		}
-		defer orig.Close()
-		if err := netns.Set(target); err != nil {
-			runtime.UnlockOSThread()
-			done <- fmt.Errorf("entering network namespace %s: %w", path, err)
-			return
-		}
-		err = fn()
-		if netns.Set(orig) == nil {
-			runtime.UnlockOSThread()
-		} // else the locked thread ends with this goroutine
-		done <- err
-	}()
-	return <-done
 }

@@ -2,7 +2,6 @@ package connsync
 
 import (
 	"context"
-	"errors"
 	"net/netip"
 	"os"
 	"strings"
@@ -59,12 +58,5 @@ func TestOpenTableWithoutIPVS(t *testing.T) {
 	_, err := OpenTable("")
 	if err == nil || !strings.Contains(err.Error(), "the kernel has no IPVS") {
 		t.Errorf("error %v, want one saying IPVS is missing", err)
-	}
-}
-
-func TestInNetnsMissing(t *testing.T) {
-	err := inNetns("/nonexistent/netns", func() error { return errors.New("ran") })
-	if err == nil || !strings.Contains(err.Error(), "opening network namespace /nonexistent/netns") {
-		t.Errorf("error %v", err)
 	}
 }

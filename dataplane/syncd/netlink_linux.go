@@ -23,17 +23,16 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 
-	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
 	"github.com/lbdproject/lbd/dataplane/genl"
+	"github.com/lbdproject/lbd/internal/netnsrun"
 )
 
 // IPVS numbers, from include/uapi/linux/ip_vs.h.
@@ -94,7 +93,7 @@ func Open() (*NetlinkKernel, error) { return OpenAt("") }
 // socket stays in that namespace; the caller's thread never leaves its own.
 func OpenAt(nsPath string) (*NetlinkKernel, error) {
 	k := &NetlinkKernel{nsPath: nsPath}
-	err := inNetns(nsPath, func() error {
+	err := netnsrun.Do(nsPath, func() error {
 		family, err := genl.ResolveFamily(ipvsGenlName)
 		if errors.Is(err, syscall.ENOENT) {
 			return fmt.Errorf("the kernel has no IPVS (load the ip_vs module): %w", err)
@@ -119,7 +118,7 @@ func (k *NetlinkKernel) Close() error { return k.conn.Close() }
 // protocol version its master sends (0 or 1; a backup reads both).
 func (k *NetlinkKernel) SyncVersion() (int, error) {
 	var v int
-	err := inNetns(k.nsPath, func() error {
+	err := netnsrun.Do(k.nsPath, func() error {
 		b, err := os.ReadFile(syncVersionKey)
 		if err != nil {
 			return err
@@ -350,41 +349,4 @@ func decodeDaemon(b []byte) (Daemon, error) {
 		return Daemon{}, fmt.Errorf("sync daemon of unknown state %d", int(d.Role))
 	}
 	return d, nil
-}
-
-// inNetns runs fn on a thread of its own in the network namespace at
-// path ("" runs it here). Sockets fn opens stay in that namespace, and
-// /proc/sys/net shows that namespace's sysctls. A thread that cannot
-// get back to its namespace is thrown away with its goroutine.
-func inNetns(path string, fn func() error) error {
-	if path == "" {
-		return fn()
-	}
-	target, err := netns.GetFromPath(path)
-	if err != nil {
-		return fmt.Errorf("opening network namespace %s: %w", path, err)
-	}
-	defer target.Close()
-	done := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := netns.Get()
-		if err != nil {
-			runtime.UnlockOSThread()
-			done <- err
-			return
-		}
-		defer orig.Close()
-		if err := netns.Set(target); err != nil {
-			runtime.UnlockOSThread()
-			done <- fmt.Errorf("entering network namespace %s: %w", path, err)
-			return
-		}
-		err = fn()
-		if netns.Set(orig) == nil {
-			runtime.UnlockOSThread()
-		} // else the locked thread ends with this goroutine
-		done <- err
-	}()
-	return <-done
 }

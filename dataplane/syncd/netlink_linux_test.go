@@ -3,7 +3,6 @@ package syncd
 import (
 	"bytes"
 	"encoding/binary"
-	"errors"
 	"net/netip"
 	"os"
 	"strings"
@@ -122,12 +121,5 @@ func TestOpenWithoutIPVS(t *testing.T) {
 	}
 	if !strings.Contains(err.Error(), "the kernel has no IPVS") {
 		t.Errorf("error %q does not say IPVS is missing", err)
-	}
-}
-
-func TestInNetnsMissing(t *testing.T) {
-	err := inNetns("/nonexistent/netns", func() error { return errors.New("ran") })
-	if err == nil || !strings.Contains(err.Error(), "opening network namespace /nonexistent/netns") {
-		t.Errorf("error %v", err)
 	}
 }
