@@ -32,32 +32,7 @@ func (d *daemon) startHA(ctx context.Context, cfg *config.Config) {
 	if err != nil {
 		d.log.Error("VRRP notify programs will not run", "error", err)
 	}
-	opts := ha.Options{
-		Logger:     d.log,
-		Listen:     listenVRRP,
-		OnFailover: d.dp.SetFailover,
-		Links:      ha.FollowLinks,
-		OnAnnounce: d.ann.Again,
-	}
-	if cfg.Conntrackd.Enabled {
-		d.ct = newPairConntrack(d, cfg.Conntrackd)
-		d.ct.start(ctx)
-		opts.OnFailover = d.ct.failover
-	}
-	var onEvent []func(vrrp.Event)
-	if notifier != nil {
-		onEvent = append(onEvent, notifier.Event)
-	}
-	if cfg.IPVSSync.Enabled {
-		d.cs = newConnSync(d)
-		d.wg.Go(func() { d.cs.run(ctx) })
-		onEvent = append(onEvent, d.cs.event)
-	}
-	opts.OnEvent = func(e vrrp.Event) {
-		for _, f := range onEvent {
-			f(e)
-		}
-	}
+	opts := d.haOptions(ctx, cfg, notifier)
 	d.ha = ha.New(cfg, opts)
 	d.dp.SetFailover(d.ha.Failover())
 	track := &haTracker{instances: cfg.VRRP, set: d.ha.SetFault, applied: d.dp.Applied}
@@ -108,6 +83,39 @@ func (d *daemon) startHA(ctx context.Context, cfg *config.Config) {
 			d.log.Warn("VRRP notify programs still running at stop were killed", "error", err)
 		}
 	})
+}
+
+// haOptions wires the Pair to the dataplane (through conntrackd's
+// sequence with [ha.conntrackd]), the announcer, the notify programs and
+// the bulk connection sync (with [ha.ipvs_sync]), starting the last two.
+func (d *daemon) haOptions(ctx context.Context, cfg *config.Config, notifier *ha.Notifier) ha.Options {
+	opts := ha.Options{
+		Logger:     d.log,
+		Listen:     listenVRRP,
+		OnFailover: d.dp.SetFailover,
+		Links:      ha.FollowLinks,
+		OnAnnounce: d.ann.Again,
+	}
+	if cfg.Conntrackd.Enabled {
+		d.ct = newPairConntrack(d, cfg.Conntrackd)
+		d.ct.start(ctx)
+		opts.OnFailover = d.ct.failover
+	}
+	var onEvent []func(vrrp.Event)
+	if notifier != nil {
+		onEvent = append(onEvent, notifier.Event)
+	}
+	if cfg.IPVSSync.Enabled {
+		d.cs = newConnSync(d)
+		d.wg.Go(func() { d.cs.run(ctx) })
+		onEvent = append(onEvent, d.cs.event)
+	}
+	opts.OnEvent = func(e vrrp.Event) {
+		for _, f := range onEvent {
+			f(e)
+		}
+	}
+	return opts
 }
 
 func listenVRRP(l vrrp.Link) (ha.Socket, error) {
