@@ -2,6 +2,7 @@ package vrrp
 
 import (
 	"net/netip"
+	"slices"
 	"time"
 )
 
@@ -17,21 +18,45 @@ import (
 //     0, so the peer takes them over at once).
 //   - A fault of any member (a tracked interface down) is the fault of
 //     all, until every member's is cleared.
+//   - Leaving master because a better master is heard (a preemption, a
+//     healed partition) is make-before-break: the members are backups at
+//     once in VRRP terms (they send no adverts), but they keep their
+//     addresses until the new master has advertised twice — its first
+//     advert goes out as it becomes master, before its addresses are
+//     bound; by the second they are — or until a bound passes. Then all
+//     release together, and each sends priority 0 so that the new master
+//     announces the addresses again (see Machine.Receive).
 type Group struct {
 	Name    string // "" for an instance outside any group
 	members []*Machine
-	faults  []bool // by member
+	faults  []bool   // by member
+	leaves  []*leave // by member: nil unless leaving master
+	// leaveBy bounds the leaving (zero when no member leaves).
+	leaveBy time.Time
 }
 
-// Step is one member's output.
+// leave is a member leaving master, make-before-break.
+type leave struct {
+	t       Transition // out of master: reported at the release
+	adverts int        // the new master's adverts still to hear
+}
+
+// Step is one member's output. A transition out of master because of a
+// better master comes twice: first as Holding (a backup in VRRP terms that
+// keeps its addresses), then, at the release, as Output.Transition, with a
+// priority-0 advert. If the member becomes master again before the
+// release, that comes as Kept: the addresses never left, there is nothing
+// to report, and they are announced again (Announce).
 type Step struct {
 	Member int
 	Output
+	Holding *Transition
+	Kept    *Transition
 }
 
 // NewGroup returns a group of machines, in Init.
 func NewGroup(name string, members ...*Machine) *Group {
-	return &Group{Name: name, members: members, faults: make([]bool, len(members))}
+	return &Group{Name: name, members: members, faults: make([]bool, len(members)), leaves: make([]*leave, len(members))}
 }
 
 // Members returns the group's machines.
@@ -49,9 +74,10 @@ func (g *Group) Start(now time.Time) []Step {
 	return steps
 }
 
-// Deadline is the earliest member deadline; zero when none runs.
+// Deadline is the earliest member deadline, or the leaving's bound; zero
+// when none runs.
 func (g *Group) Deadline() time.Time {
-	var d time.Time
+	d := g.leaveBy
 	for _, m := range g.members {
 		if t := m.Deadline(); !t.IsZero() && (d.IsZero() || t.Before(d)) {
 			d = t
@@ -68,7 +94,20 @@ func (g *Group) Tick(now time.Time) []Step {
 	}
 	var steps []Step
 	for i, m := range g.members {
-		steps = appendStep(steps, i, m.Tick(now, ready))
+		out := m.Tick(now, ready)
+		if t := out.Transition; t != nil && t.To == Master && g.leaves[i] != nil {
+			// Master again before the release (the new master went
+			// silent): the addresses never left.
+			g.leaves[i] = nil
+			steps = append(steps, Step{Member: i, Output: Output{Send: out.Send, Announce: true}, Kept: t})
+			continue
+		}
+		steps = appendStep(steps, i, out)
+	}
+	if !g.leaving() {
+		g.leaveBy = time.Time{}
+	} else if !now.Before(g.leaveBy) {
+		steps = append(steps, g.release()...)
 	}
 	return steps
 }
@@ -77,10 +116,76 @@ func (g *Group) Tick(now time.Time) []Step {
 // applies the group's rule to what follows.
 func (g *Group) Receive(now time.Time, i int, src netip.Addr, a Advert) []Step {
 	out := g.members[i].Receive(now, src, a)
+	if l := g.leaves[i]; l != nil && a.Priority > 0 && l.adverts > 0 {
+		l.adverts--
+	}
 	steps := appendStep(nil, i, out)
 	if t := out.Transition; t != nil && t.From == Master {
 		steps = append(steps, g.demoteOthers(now, i)...)
+		return g.hold(now, i, steps)
 	}
+	if g.leaving() && g.heard() {
+		steps = append(steps, g.release()...)
+	}
+	return steps
+}
+
+// hold turns the steps out of master into Holding ones: member i heard
+// the better master (that advert was its first), the others were demoted
+// with it and sent priority 0 (the new master's two adverts are to come).
+func (g *Group) hold(now time.Time, i int, steps []Step) []Step {
+	for k, st := range steps {
+		t := st.Transition
+		if t == nil || t.From != Master {
+			continue
+		}
+		l := &leave{t: *t, adverts: 2}
+		if st.Member == i {
+			l.adverts = 1
+		}
+		g.leaves[st.Member] = l
+		steps[k].Holding, steps[k].Transition = t, nil
+		m := g.members[st.Member]
+		// As a planned stop waits (Runner.handOver).
+		if by := now.Add(m.MasterDownInterval() + m.Params().Interval); by.After(g.leaveBy) {
+			g.leaveBy = by
+		}
+	}
+	return steps
+}
+
+// Leaving reports whether member i left master but keeps its addresses,
+// and how many of the new master's adverts it still waits for.
+func (g *Group) Leaving(i int) (adverts int, ok bool) {
+	if l := g.leaves[i]; l != nil {
+		return l.adverts, true
+	}
+	return 0, false
+}
+
+func (g *Group) leaving() bool {
+	return slices.ContainsFunc(g.leaves, func(l *leave) bool { return l != nil })
+}
+
+// heard reports whether every leaving member heard its new master enough.
+func (g *Group) heard() bool {
+	return !slices.ContainsFunc(g.leaves, func(l *leave) bool { return l != nil && l.adverts > 0 })
+}
+
+// release ends the leaving: every leaving member reports its transition
+// and sends priority 0, so that the new master announces the addresses
+// again (neighbours may have learned this box meanwhile).
+func (g *Group) release() []Step {
+	var steps []Step
+	for i, l := range g.leaves {
+		if l == nil {
+			continue
+		}
+		t := l.t
+		steps = append(steps, Step{Member: i, Output: Output{Send: []Advert{g.members[i].advert(0)}, Transition: &t}})
+		g.leaves[i] = nil
+	}
+	g.leaveBy = time.Time{}
 	return steps
 }
 
@@ -101,7 +206,8 @@ func (g *Group) SetFault(now time.Time, i int, fault bool) []Step {
 	if g.faulty() == before {
 		return nil
 	}
-	return g.setFault(now, !before)
+	// A fault gives everything up at once: a leaving ends first.
+	return append(g.release(), g.setFault(now, !before)...)
 }
 
 func (g *Group) faulty() bool {
@@ -121,9 +227,10 @@ func (g *Group) setFault(now time.Time, fault bool) []Step {
 	return steps
 }
 
-// Stop stops every member (masters send priority 0).
+// Stop stops every member (masters send priority 0); a leaving ends
+// first.
 func (g *Group) Stop() []Step {
-	var steps []Step
+	steps := g.release()
 	for i, m := range g.members {
 		steps = appendStep(steps, i, m.Stop())
 	}

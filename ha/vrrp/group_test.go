@@ -1,7 +1,9 @@
 package vrrp
 
 import (
+	"fmt"
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 )
@@ -68,23 +70,136 @@ func TestGroupHalfHeardStaysBackup(t *testing.T) {
 	}
 }
 
-// A member that meets a higher peer takes the others out of master with
-// it; they send priority 0 so that the peer takes them at once.
-func TestGroupStepsDownTogether(t *testing.T) {
-	g, outside, _ := pair()
-	g.Start(t0)
-	mdi := g.Members()[0].MasterDownInterval()
-	g.Tick(t0.Add(mdi))
-	if s := states(g); s != [2]State{Master, Master} {
-		t.Fatalf("%v, want both MASTER", s)
+// gev is one step of a group scenario: at offset at (after both members
+// became master), a tick, an advert at prio from member's peer, a fault
+// of member, or a stop; want is the steps it yields (see render) and
+// states the members' states after it.
+type gev struct {
+	at     time.Duration
+	kind   string // "tick", "advert", "fault", "stop"
+	member int
+	prio   uint8
+	want   string
+	states string
+}
+
+var peers = [2]netip.Addr{peer, netip.MustParseAddr("198.18.3.3")}
+
+// render writes steps as "member: what; ...": the priorities sent, a
+// transition held back (hold), reported (report) or dropped (kept), and a
+// re-announcement.
+func render(steps []Step) string {
+	short := map[Cause]string{CauseHigherPeer: "higher", CauseGroup: "group", CauseMasterDown: "down",
+		CauseFault: "fault", CauseStop: "stop"}
+	tr := func(t Transition) string { return fmt.Sprintf("%v->%v(%s)", t.From, t.To, short[t.Cause]) }
+	var parts []string
+	for _, st := range steps {
+		p := fmt.Sprint(st.Member)
+		for _, a := range st.Send {
+			p += fmt.Sprintf(" send %d", a.Priority)
+		}
+		if st.Holding != nil {
+			p += " hold " + tr(*st.Holding)
+		}
+		if st.Transition != nil {
+			p += " report " + tr(*st.Transition)
+		}
+		if st.Kept != nil {
+			p += " kept " + tr(*st.Kept)
+		}
+		if st.Announce {
+			p += " announce"
+		}
+		parts = append(parts, p)
 	}
-	steps := g.Receive(t0.Add(mdi+time.Millisecond), 0, peer, from(outside, 200))
-	if s := states(g); s != [2]State{Backup, Backup} {
-		t.Fatalf("%v, want both BACKUP", s)
-	}
-	if len(steps) != 2 || steps[1].Member != 1 || steps[1].Transition.Cause != CauseGroup ||
-		len(steps[1].Send) != 1 || steps[1].Send[0].Priority != 0 {
-		t.Errorf("steps %+v, want member 1 demoted by its group with priority 0", steps)
+	return strings.Join(parts, "; ")
+}
+
+// Leaving master for a better master is make-before-break, for the group
+// as a whole: both members hold their addresses until each has heard its
+// new master twice (the advert that made it step down counts), or until
+// the bound; then both report BACKUP and send priority 0.
+func TestGroupLeavesMaster(t *testing.T) {
+	g0, outside, _ := pair()
+	mdi := g0.Members()[0].MasterDownInterval()
+	bound := mdi + outside.Interval
+	const (
+		held     = "0 hold MASTER->BACKUP(higher); 1 send 0 hold MASTER->BACKUP(group)"
+		released = "0 send 0 report MASTER->BACKUP(higher); 1 send 0 report MASTER->BACKUP(group)"
+	)
+	for _, tc := range []struct {
+		name   string
+		events []gev
+	}{
+		{"preempted: released when both new masters advertised twice", []gev{
+			{at: 1 * time.Millisecond, kind: "advert", member: 0, prio: 200, want: held, states: "BACKUP BACKUP"},
+			{at: 2 * time.Millisecond, kind: "advert", member: 1, prio: 200, states: "BACKUP BACKUP"},
+			{at: 101 * time.Millisecond, kind: "advert", member: 0, prio: 200, states: "BACKUP BACKUP"},
+			{at: 102 * time.Millisecond, kind: "advert", member: 1, prio: 200, want: released, states: "BACKUP BACKUP"},
+			{at: 202 * time.Millisecond, kind: "advert", member: 1, prio: 200, states: "BACKUP BACKUP"},
+		}},
+		{"the new master goes silent: master again, the addresses never left", []gev{
+			{at: 1 * time.Millisecond, kind: "advert", member: 0, prio: 200, want: held, states: "BACKUP BACKUP"},
+			{at: 1*time.Millisecond + mdi, kind: "tick", states: "MASTER MASTER",
+				want: "0 send 100 kept BACKUP->MASTER(down) announce; 1 send 100 kept BACKUP->MASTER(down) announce"},
+			{at: 1*time.Millisecond + mdi + outside.Interval, kind: "tick", want: "0 send 100; 1 send 100", states: "MASTER MASTER"},
+		}},
+		// The peer's outside adverts are lost: the outside member is held
+		// by its group (the inside one hears its master), and the bound
+		// releases both.
+		{"one new master unheard: released at the bound", []gev{
+			{at: 1 * time.Millisecond, kind: "advert", member: 0, prio: 200, want: held, states: "BACKUP BACKUP"},
+			{at: 10 * time.Millisecond, kind: "advert", member: 1, prio: 200, states: "BACKUP BACKUP"},
+			{at: 110 * time.Millisecond, kind: "advert", member: 1, prio: 200, states: "BACKUP BACKUP"},
+			{at: 210 * time.Millisecond, kind: "advert", member: 1, prio: 200, states: "BACKUP BACKUP"},
+			{at: 310 * time.Millisecond, kind: "advert", member: 1, prio: 200, states: "BACKUP BACKUP"},
+			{at: 1*time.Millisecond + mdi, kind: "tick", states: "BACKUP BACKUP"},
+			{at: 410 * time.Millisecond, kind: "advert", member: 1, prio: 200, states: "BACKUP BACKUP"},
+			{at: 1*time.Millisecond + bound, kind: "tick", want: released, states: "BACKUP BACKUP"},
+		}},
+		{"a fault while leaving gives everything up at once", []gev{
+			{at: 1 * time.Millisecond, kind: "advert", member: 0, prio: 200, want: held, states: "BACKUP BACKUP"},
+			{at: 2 * time.Millisecond, kind: "fault", member: 1, states: "FAULT FAULT",
+				want: released + "; 0 report BACKUP->FAULT(fault); 1 report BACKUP->FAULT(fault)"},
+		}},
+		{"a stop while leaving releases first", []gev{
+			{at: 1 * time.Millisecond, kind: "advert", member: 0, prio: 200, want: held, states: "BACKUP BACKUP"},
+			{at: 2 * time.Millisecond, kind: "stop", states: "INIT INIT",
+				want: released + "; 0 report BACKUP->INIT(stop); 1 report BACKUP->INIT(stop)"},
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g, outside, inside := pair()
+			g.Start(t0)
+			g.Tick(t0.Add(mdi))
+			if s := states(g); s != [2]State{Master, Master} {
+				t.Fatalf("%v, want both MASTER", s)
+			}
+			base := t0.Add(mdi)
+			for i, e := range tc.events {
+				now := base.Add(e.at)
+				var steps []Step
+				switch e.kind {
+				case "tick":
+					if d := g.Deadline(); d.IsZero() || now.Before(d) {
+						t.Fatalf("event %d: tick at %v before the deadline %v", i, now, d)
+					}
+					steps = g.Tick(now)
+				case "advert":
+					steps = g.Receive(now, e.member, peers[e.member], from([]Params{outside, inside}[e.member], e.prio))
+				case "fault":
+					steps = g.SetFault(now, e.member, true)
+				case "stop":
+					steps = g.Stop()
+				}
+				if got := render(steps); got != e.want {
+					t.Errorf("event %d (%s at %v): steps %q, want %q", i, e.kind, e.at, got, e.want)
+				}
+				if s := states(g); fmt.Sprint(s[0], " ", s[1]) != e.states {
+					t.Fatalf("event %d (%s at %v): states %v, want %s", i, e.kind, e.at, s, e.states)
+				}
+			}
+		})
 	}
 }
 

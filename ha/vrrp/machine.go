@@ -143,9 +143,10 @@ type Machine struct {
 	stopped bool
 	adverAt time.Time // Master: when the next advert is due
 	started time.Time
-	// lastAnnounce rate-limits the re-announcements a master makes when it
-	// hears a lower-priority master.
-	lastAnnounce time.Time
+	// lastAnnounce and lastStopAnnounce rate-limit the re-announcements a
+	// master makes when it hears a lower-priority master, and when it hears
+	// another box give addresses up (priority 0).
+	lastAnnounce, lastStopAnnounce time.Time
 	// Master is the address of the master last heard, and its priority.
 	master     netip.Addr
 	masterPrio uint8
@@ -384,9 +385,17 @@ func (m *Machine) receiveBackup(now time.Time, src netip.Addr, a Advert) Output 
 func (m *Machine) receiveMaster(now time.Time, src netip.Addr, a Advert) Output {
 	switch {
 	case a.Priority == 0:
-		// Another master stops: tell the backups at once who is master.
+		// Another box gives addresses up: a master that stops, or one
+		// that stepped down for this one and has released them (a heal
+		// where this box never heard the other as master). Tell the
+		// backups at once who is master (RFC 5798 6.4.3), and announce
+		// the addresses again: neighbours may have learned the other box.
 		m.adverAt = now.Add(m.p.Interval)
-		return Output{Send: []Advert{m.advert(m.p.Priority)}}
+		out := Output{Send: []Advert{m.advert(m.p.Priority)}}
+		if now.Sub(m.lastStopAnnounce) >= m.MasterDownInterval() {
+			m.lastStopAnnounce, out.Announce = now, true
+		}
+		return out
 	case outranks(a.Priority, src, m.p.Priority, m.p.Self):
 		out := m.toBackup(now, CauseHigherPeer)
 		m.master, m.masterPrio = src, a.Priority

@@ -110,9 +110,19 @@ func TestMachine(t *testing.T) {
 			{at: mdi + 10*time.Millisecond, kind: "advert", src: low, prio: 90, state: Master, sent: []uint8{100}, ann: true},
 			{at: mdi + 20*time.Millisecond, kind: "advert", src: low, prio: 90, state: Master},
 		}},
-		{"another master stops: advertise at once", params(), []event{
+		{"another box gives the addresses up: advertise and announce at once", params(), []event{
 			{at: mdi, kind: "tick", state: Master, sent: []uint8{100}, cause: CauseMasterDown},
-			{at: mdi + 10*time.Millisecond, kind: "advert", src: low, prio: 0, state: Master, sent: []uint8{100}},
+			{at: mdi + 10*time.Millisecond, kind: "advert", src: low, prio: 0, state: Master, sent: []uint8{100}, ann: true},
+			{at: mdi + 20*time.Millisecond, kind: "advert", src: low, prio: 0, state: Master, sent: []uint8{100}},
+			{at: 2*mdi + 10*time.Millisecond, kind: "advert", src: low, prio: 0, state: Master, sent: []uint8{100}, ann: true},
+		}},
+		// A two-sided heal: this box heard the other as master and
+		// announced; the other then released its addresses (priority 0),
+		// which neighbours may have learned in between: announce again.
+		{"a heal's release after its re-announce: announce again", params(), []event{
+			{at: mdi, kind: "tick", state: Master, sent: []uint8{100}, cause: CauseMasterDown},
+			{at: mdi + 10*time.Millisecond, kind: "advert", src: low, prio: 90, state: Master, sent: []uint8{100}, ann: true},
+			{at: mdi + 110*time.Millisecond, kind: "advert", src: low, prio: 0, state: Master, sent: []uint8{100}, ann: true},
 		}},
 		{"stop as master sends priority 0", params(), []event{
 			{at: mdi, kind: "tick", state: Master, sent: []uint8{100}, cause: CauseMasterDown},

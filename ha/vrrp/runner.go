@@ -87,6 +87,8 @@ type instance struct {
 	since  time.Time
 	// failing: the latest send failed (its error was logged).
 	failing bool
+	// holding: left master in VRRP terms, the addresses still held.
+	holding bool
 }
 
 // Runner runs VRRP instances: it reads adverts, keeps the timers, sends
@@ -163,7 +165,10 @@ type Status struct {
 	Version     int
 	Priority    uint8
 	State       State
-	Since       time.Time
+	// Holding: a backup in VRRP terms that still holds its addresses
+	// until the new master has advertised twice (make-before-break).
+	Holding bool
+	Since   time.Time
 	// Master is the master last heard (this box when master); invalid
 	// when none.
 	Master         netip.Addr
@@ -348,24 +353,51 @@ func (r *Runner) onFault(f faultChange) {
 }
 
 // apply carries out a group's steps: adverts out, transitions reported.
+// A transition out of master that keeps the addresses (Holding) is logged
+// but reported as an Event only at its release: the daemon keeps serving,
+// and notify programs see BACKUP once the addresses are given up, as
+// keepalived's do.
 func (r *Runner) apply(g *Group, steps []Step) {
 	for _, st := range steps {
 		in := r.member(g, st.Member)
 		for _, a := range st.Send {
 			r.send(in, a)
 		}
-		if t := st.Transition; t != nil {
+		now := r.opts.Now()
+		switch {
+		case st.Holding != nil:
 			in.stats.Transitions++
-			in.since = r.opts.Now()
-			r.opts.Logger.Info("VRRP transition", "instance", in.spec.Name, "group", g.Name,
-				"from", t.From.String(), "to", t.To.String(), "cause", t.Cause.String())
-			if r.opts.OnEvent != nil {
-				r.opts.OnEvent(Event{Instance: in.spec.Name, Group: g.Name, Transition: *t, Priority: in.spec.Params.Priority, At: in.since})
-			}
+			in.since, in.holding = now, true
+			r.logTransition(in, g, *st.Holding, "addresses", "kept until the new master has advertised twice")
+		case st.Kept != nil:
+			in.stats.Transitions++
+			in.since, in.holding = now, false
+			r.logTransition(in, g, *st.Kept, "addresses", "still held: the new master went silent before they were given up")
+		case st.Transition != nil && in.holding:
+			in.holding = false
+			r.opts.Logger.Info("VRRP: giving the addresses up", "instance", in.spec.Name, "group", g.Name,
+				"after", now.Sub(in.since), "to", st.Transition.To.String())
+			r.report(in, g, *st.Transition, now)
+		case st.Transition != nil:
+			in.stats.Transitions++
+			in.since = now
+			r.logTransition(in, g, *st.Transition)
+			r.report(in, g, *st.Transition, now)
 		}
 		if st.Announce && r.opts.OnAnnounce != nil {
 			r.opts.OnAnnounce(in.spec.Name)
 		}
+	}
+}
+
+func (r *Runner) logTransition(in *instance, g *Group, t Transition, more ...any) {
+	r.opts.Logger.Info("VRRP transition", append([]any{"instance", in.spec.Name, "group", g.Name,
+		"from", t.From.String(), "to", t.To.String(), "cause", t.Cause.String()}, more...)...)
+}
+
+func (r *Runner) report(in *instance, g *Group, t Transition, at time.Time) {
+	if r.opts.OnEvent != nil {
+		r.opts.OnEvent(Event{Instance: in.spec.Name, Group: g.Name, Transition: t, Priority: in.spec.Params.Priority, At: at})
 	}
 }
 
@@ -415,7 +447,7 @@ func (r *Runner) publish() {
 		master, prio := m.MasterSeen()
 		p := in.spec.Params
 		st[i] = Status{Name: in.spec.Name, Group: in.group.Name, Link: in.spec.Link, VRID: p.VRID, Version: p.Version,
-			Priority: p.Priority, State: m.State(), Since: in.since, Master: master, MasterPriority: prio, Stats: in.stats}
+			Priority: p.Priority, State: m.State(), Holding: in.holding, Since: in.since, Master: master, MasterPriority: prio, Stats: in.stats}
 		st[i].Refused = maps.Clone(in.stats.Refused)
 	}
 	r.mu.Lock()
@@ -429,18 +461,25 @@ func (r *Runner) publish() {
 // its addresses are bound; by the second, an advert interval later, they
 // are — or for at most a master-down interval when no peer answers.
 // Between the two, requests reach one box or the other, never neither.
+// An instance already leaving master (see Group) waits for the rest of
+// its new master's adverts the same way.
 func (r *Runner) handOver() {
 	const adverts = 2
 	waiting := map[*instance]int{} // adverts still to hear
 	var wait time.Duration
 	for _, in := range r.instances {
 		m := in.group.Members()[in.member]
-		if m.State() != Master {
+		n, leaving := in.group.Leaving(in.member)
+		switch {
+		case m.State() == Master:
+			waiting[in] = adverts
+			r.send(in, m.advert(0))
+		case leaving && n > 0:
+			waiting[in] = n
+		default:
 			continue
 		}
-		waiting[in] = adverts
 		wait = max(wait, m.MasterDownInterval()+m.Params().Interval)
-		r.send(in, m.advert(0))
 	}
 	if len(waiting) == 0 {
 		return

@@ -16,6 +16,8 @@ type wire struct {
 	mu    sync.Mutex
 	conns []*wireConn
 	cut   bool
+	// drop, when set, loses the adverts it returns true for.
+	drop func(src netip.Addr, a Advert) bool
 }
 
 type wireConn struct {
@@ -24,6 +26,8 @@ type wireConn struct {
 	in     chan Packet
 	closed chan struct{}
 	once   sync.Once
+	mu     sync.Mutex
+	heard  int // adverts above priority 0 read
 }
 
 func (w *wire) attach(src netip.Addr) *wireConn {
@@ -40,9 +44,27 @@ func (w *wire) setCut(cut bool) {
 	w.mu.Unlock()
 }
 
+func (w *wire) setDrop(drop func(src netip.Addr, a Advert) bool) {
+	w.mu.Lock()
+	w.drop = drop
+	w.mu.Unlock()
+}
+
+// heardMasters is how many adverts above priority 0 c has read.
+func (c *wireConn) heardMasters() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.heard
+}
+
 func (c *wireConn) Receive() (Packet, error) {
 	select {
 	case p := <-c.in:
+		if p.Advert.Priority > 0 {
+			c.mu.Lock()
+			c.heard++
+			c.mu.Unlock()
+		}
 		return p, nil
 	case <-c.closed:
 		return Packet{}, errors.New("closed")
@@ -52,7 +74,7 @@ func (c *wireConn) Receive() (Packet, error) {
 func (c *wireConn) SendFrom(a Advert, _, dst netip.Addr) error {
 	c.w.mu.Lock()
 	defer c.w.mu.Unlock()
-	if c.w.cut {
+	if c.w.cut || c.w.drop != nil && c.w.drop(c.src, a) {
 		return nil // lost on the wire
 	}
 	for _, o := range c.w.conns {
@@ -71,13 +93,17 @@ func (c *wireConn) Close() error {
 	return nil
 }
 
-// box is one Runner on the wire, recording its events.
+// box is one Runner on the wire, recording its events (with how many
+// adverts above priority 0 it had read by then) and re-announcements.
 type box struct {
-	r      *Runner
-	cancel context.CancelFunc
-	done   chan error
-	mu     sync.Mutex
-	events []Event
+	r         *Runner
+	conn      *wireConn
+	cancel    context.CancelFunc
+	done      chan error
+	mu        sync.Mutex
+	events    []Event
+	heardAt   []int
+	announces int
 }
 
 func startBox(t *testing.T, w *wire, src netip.Addr, prio uint8, mod ...func(*Params)) *box {
@@ -85,14 +111,20 @@ func startBox(t *testing.T, w *wire, src netip.Addr, prio uint8, mod ...func(*Pa
 	p := params(append([]func(*Params){func(p *Params) {
 		p.Self, p.Priority, p.Interval = src, prio, 20*time.Millisecond
 	}}, mod...)...)
-	b := &box{done: make(chan error, 1)}
 	conn := w.attach(src)
+	b := &box{done: make(chan error, 1), conn: conn}
 	r, err := New(Options{
 		Groups: []GroupSpec{{Instances: []InstanceSpec{{Name: "outside", Link: Link{"eth0", 4}, Params: p}}}},
 		Dial:   func(Link) (Conn, error) { return conn, nil },
 		OnEvent: func(e Event) {
 			b.mu.Lock()
 			b.events = append(b.events, e)
+			b.heardAt = append(b.heardAt, conn.heardMasters())
+			b.mu.Unlock()
+		},
+		OnAnnounce: func(string) {
+			b.mu.Lock()
+			b.announces++
 			b.mu.Unlock()
 		},
 	})
@@ -118,15 +150,17 @@ func (b *box) stop() {
 
 func (b *box) state() State { return b.r.Status()[0].State }
 
-// waitStates polls until the boxes are in want, with a generous limit:
-// the timings here are the machines', not asserted.
+// waitStates polls until the boxes are in want, and none holds addresses
+// it left master for, with a generous limit: the timings here are the
+// machines', not asserted.
 func waitStates(t *testing.T, what string, boxes []*box, want ...State) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		ok := true
 		for i, b := range boxes {
-			ok = ok && b.state() == want[i]
+			st := b.r.Status()[0]
+			ok = ok && st.State == want[i] && !st.Holding
 		}
 		if ok {
 			return
@@ -189,5 +223,87 @@ func TestRunnerRefuses(t *testing.T) {
 	waitStates(t, "mismatched addresses", []*box{a, b}, Master, Master)
 	if n := b.r.Status()[0].Refused[RefusedAddrs]; n == 0 {
 		t.Errorf("no refusal counted: %+v", b.r.Status()[0])
+	}
+}
+
+// lastEvent returns the box's latest event and how many adverts above
+// priority 0 it had read by then.
+func (b *box) lastEvent() (Event, int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.events) == 0 {
+		return Event{}, 0
+	}
+	return b.events[len(b.events)-1], b.heardAt[len(b.heardAt)-1]
+}
+
+func (b *box) announced() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.announces
+}
+
+// waitFor polls cond with a generous limit.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s within 10s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// A preempted master is a backup at once in VRRP terms, but reports the
+// transition (the daemon gives the addresses up) only once it has read
+// the new master's second advert; then it sends priority 0.
+func TestRunnerPreemptedMakeBeforeBreak(t *testing.T) {
+	w := &wire{}
+	old := startBox(t, w, self, 100)
+	waitStates(t, "alone", []*box{old}, Master)
+	heardBefore := old.conn.heardMasters()
+	preempting := startBox(t, w, peer, 150, func(p *Params) { p.Preempt = true })
+	waitStates(t, "preemption", []*box{preempting, old}, Master, Backup)
+	waitFor(t, "BACKUP event on the preempted box", func() bool { e, _ := old.lastEvent(); return e.To == Backup })
+
+	released, heard := old.lastEvent()
+	if released.From != Master || released.Cause != CauseHigherPeer {
+		t.Errorf("preempted box's event %+v, want MASTER -> BACKUP for a higher peer", released)
+	}
+	if n := heard - heardBefore; n < 2 {
+		t.Errorf("the preempted box gave its addresses up after %d of the new master's adverts, want 2", n)
+	}
+	took, _ := preempting.lastEvent()
+	if took.To != Master || released.At.Before(took.At) {
+		t.Errorf("the preempted box's release at %v came before the new master's %+v", released.At, took)
+	}
+	if st := old.r.Status()[0]; st.Holding || st.State != Backup {
+		t.Errorf("preempted box's status %+v, want BACKUP, not holding", st)
+	}
+	waitFor(t, "the new master to hear the release (priority 0)", func() bool { return preempting.r.Status()[0].Received > 0 })
+}
+
+// A one-sided heal: the loser hears the winner first and steps down, so
+// the winner never hears it as master (its adverts above priority 0 are
+// lost). The loser's priority 0 at its release still makes the winner
+// announce the addresses again, for neighbours that learned the loser.
+func TestRunnerOneSidedHeal(t *testing.T) {
+	w := &wire{}
+	winner := startBox(t, w, peer, 150)
+	loser := startBox(t, w, self, 100)
+	boxes := []*box{winner, loser}
+	waitStates(t, "start", boxes, Master, Backup)
+	w.setCut(true)
+	waitStates(t, "partition", boxes, Master, Master)
+	transitions := winner.r.Status()[0].Transitions
+	w.setDrop(func(src netip.Addr, a Advert) bool { return src == self && a.Priority > 0 })
+	before := winner.announced()
+	w.setCut(false)
+	waitStates(t, "heal", boxes, Master, Backup)
+	waitFor(t, "the loser's BACKUP event", func() bool { e, _ := loser.lastEvent(); return e.To == Backup })
+	waitFor(t, "the winner's re-announcement", func() bool { return winner.announced() > before })
+	if st := winner.r.Status()[0]; st.State != Master || st.Transitions != transitions {
+		t.Errorf("winner's status %+v, want MASTER throughout", st)
 	}
 }
