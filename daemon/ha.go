@@ -190,7 +190,7 @@ func (d *daemon) vrrpStatus(s *status.Snapshot) {
 	}
 	for _, v := range st {
 		out := status.VRRP{Name: v.Name, Group: v.Group, Interface: v.Link.Interface, Family: v.Link.Family, VRID: int(v.VRID),
-			Version: v.Version, Priority: int(v.Priority), State: v.State.String(), Since: v.Since, Transitions: v.Transitions,
+			Version: v.Version, Priority: int(v.Priority), State: v.State.String(), Holding: v.Holding, Since: v.Since, Transitions: v.Transitions,
 			Sent: v.Sent, Received: v.Received, SendErrors: v.SendErrors}
 		if v.Master.IsValid() {
 			out.Master, out.MasterPriority = v.Master.String(), int(v.MasterPriority)

@@ -156,8 +156,12 @@ func writeVRRP(b *strings.Builder, now time.Time, vs []VRRP, why string) {
 		if v.Group != "" {
 			group = " (group " + v.Group + ")"
 		}
+		state := v.State
+		if v.Holding {
+			state += " (still holding the addresses until the new master has advertised twice)"
+		}
 		fmt.Fprintf(b, "\nvrrp %s%s on %s IPv%d, VRID %d, version %d, priority %d: %s for %s, %d transitions\n",
-			v.Name, group, v.Interface, v.Family, v.VRID, v.Version, v.Priority, v.State, strings.TrimSuffix(ago(now, v.Since), " ago"), v.Transitions)
+			v.Name, group, v.Interface, v.Family, v.VRID, v.Version, v.Priority, state, strings.TrimSuffix(ago(now, v.Since), " ago"), v.Transitions)
 		master := "none heard"
 		if v.Master != "" {
 			master = fmt.Sprintf("%s (priority %d)", v.Master, v.MasterPriority)

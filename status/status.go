@@ -69,15 +69,18 @@ type SyncDaemon struct {
 
 // VRRP is one VRRP instance of a failover pair.
 type VRRP struct {
-	Name      string    `json:"name"`
-	Group     string    `json:"group,omitempty"`
-	Interface string    `json:"interface"`
-	Family    int       `json:"family"`
-	VRID      int       `json:"vrid"`
-	Version   int       `json:"version"`
-	Priority  int       `json:"priority"`
-	State     string    `json:"state"`
-	Since     time.Time `json:"since,omitzero"`
+	Name      string `json:"name"`
+	Group     string `json:"group,omitempty"`
+	Interface string `json:"interface"`
+	Family    int    `json:"family"`
+	VRID      int    `json:"vrid"`
+	Version   int    `json:"version"`
+	Priority  int    `json:"priority"`
+	State     string `json:"state"`
+	// Holding: backup on the wire, still holding the addresses until the
+	// new master has advertised twice.
+	Holding bool      `json:"holding,omitempty"`
+	Since   time.Time `json:"since,omitzero"`
 	// Master is the master last heard (this box's own address when it is
 	// master).
 	Master         string            `json:"master,omitempty"`
