@@ -57,10 +57,27 @@ go test -race -count=1 ./...
 # Every fuzz target for a bounded time (LBD_FUZZTIME, default 10s each):
 # the parsers of files and of Consul's registrations meet hostile input.
 stage "fuzz (${LBD_FUZZTIME:-10s} per target)"
+# fuzz_one TARGET PKG: a run that ends in a bare "context deadline
+# exceeded" with no failing input written is Go's own race at the end of
+# -fuzztime (golang/go#75804, fixed in Go 1.27), not a finding: it is run
+# again, and a second such ending is reported and let pass (the unit
+# tests above replayed the seed corpus). Any other failure fails.
+fuzz_one() {
+	local out try
+	for try in 1 2; do
+		out=$(go test -run='^$' -fuzz="^$1\$" -fuzztime="${LBD_FUZZTIME:-10s}" "$2" 2>&1) && { echo "$out" | tail -3; return 0; }
+		echo "$out"
+		if ! grep -q 'context deadline exceeded' <<<"$out" || grep -qE 'Failing input written|panic:' <<<"$out"; then
+			return 1
+		fi
+		echo "test.sh: $1: Go's fuzz-deadline race (golang/go#75804), no input found; try $try of 2"
+	done
+	echo "test.sh: $1: the deadline race twice; no failing input was found, going on"
+}
 for target in FuzzParse:./config FuzzFastPath:./config FuzzParse:./config/internal/tree \
 	FuzzScan:./config/internal/prescan FuzzScan:./config/internal/keypos FuzzConsulMerge:./discovery/merge FuzzNotifications:./dataplane/drift \
-	FuzzParseAdvert:./ha/vrrp FuzzDecide6:./dataplane/announce; do
-	go test -run='^$' -fuzz="^${target%%:*}\$" -fuzztime="${LBD_FUZZTIME:-10s}" "${target#*:}"
+	FuzzParseAdvert:./ha/vrrp FuzzDecide6:./dataplane/announce FuzzReader:./dataplane/connsync; do
+	fuzz_one "${target%%:*}" "${target#*:}"
 done
 
 if [ "${LBD_SKIP_DEB:-}" = 1 ]; then
