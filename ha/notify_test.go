@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lbdproject/lbd/internal/syncbuf"
+
 	"github.com/lbdproject/lbd/config"
 	"github.com/lbdproject/lbd/ha/vrrp"
 	"github.com/lbdproject/lbd/internal/sandbox"
@@ -84,23 +86,8 @@ func notifyTestLines(t *testing.T, out, owner string) []string {
 	return lines
 }
 
-// syncBuffer is a log sink safe for the Notifier's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+// syncBuffer is a log sink the goroutines under test may write.
+type syncBuffer = syncbuf.Buffer
 
 func notifyTestLogger() (*slog.Logger, *syncBuffer) {
 	var buf syncBuffer

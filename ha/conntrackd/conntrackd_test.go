@@ -1,17 +1,17 @@
 package conntrackd
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/lbdproject/lbd/internal/syncbuf"
 )
 
 func TestRender(t *testing.T) {
@@ -67,23 +67,8 @@ if [ "$3" = -B ] && [ -e "$d/fail" ]; then echo "cannot connect"; exit 1; fi
 	return prog, dir
 }
 
-// syncBuffer is a log sink safe for the daemon's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+// syncBuffer is a log sink the goroutines under test may write.
+type syncBuffer = syncbuf.Buffer
 
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()

@@ -22,6 +22,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lbdproject/lbd/internal/syncbuf"
+
 	"github.com/hashicorp/consul/api"
 )
 
@@ -382,21 +384,5 @@ func uuid(t testing.TB) string {
 	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:])
 }
 
-// syncBuffer is a bytes.Buffer safe for the agent's output goroutines and
-// the test's reads.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+// syncBuffer is a log sink the goroutines under test may write.
+type syncBuffer = syncbuf.Buffer
