@@ -10,12 +10,13 @@ import (
 )
 
 // StartBackends starts a backend on every real server: HTTP on
-// BackendHTTPPort and UDP on BackendUDPPort, answering with the server's
-// host name ("rs1") as its id. It returns once all of them listen.
+// BackendHTTPPort, UDP on BackendUDPPort and server-first TCP on
+// BackendPushPort, answering with the server's host name ("rs1") as its
+// id. It returns once all of them listen.
 func (tp *Topology) StartBackends(t testing.TB) {
 	t.Helper()
 	for _, rs := range tp.RealServers {
-		rs.StartBackend(t, BackendConfig{HTTPPort: BackendHTTPPort, UDPPort: BackendUDPPort})
+		rs.StartBackend(t, BackendConfig{HTTPPort: BackendHTTPPort, UDPPort: BackendUDPPort, PushPort: BackendPushPort})
 	}
 }
 
@@ -24,12 +25,14 @@ type BackendConfig struct {
 	ID       string // default: the node's host name
 	HTTPPort int
 	UDPPort  int
+	PushPort int
 }
 
 // StartBackend starts a backend on the node and waits until it listens.
 // It answers every HTTP request and UDP datagram with "id=ID client=IP:PORT"
-// (the client address it saw); GET /healthz answers "ok". It is stopped when
-// the test ends.
+// (the client address it saw); GET /healthz answers "ok". On the push port
+// it speaks first: "id=ID client=IP:PORT seq=N", one line every PushEvery.
+// It is stopped when the test ends.
 func (n *Node) StartBackend(t testing.TB, cfg BackendConfig) *Process {
 	t.Helper()
 	if cfg.ID == "" {
@@ -41,6 +44,9 @@ func (n *Node) StartBackend(t testing.TB, cfg BackendConfig) *Process {
 	}
 	if cfg.UDPPort != 0 {
 		args = append(args, "-udp", ":"+strconv.Itoa(cfg.UDPPort))
+	}
+	if cfg.PushPort != 0 {
+		args = append(args, "-push", ":"+strconv.Itoa(cfg.PushPort))
 	}
 	return n.startSelf(t, "backend "+cfg.ID, roleBackend, args...)
 }
@@ -58,6 +64,9 @@ type Answer struct {
 	Server string     // id of the backend that answered ("" on error)
 	Client netip.Addr // client address the backend saw
 	Err    string     // non-empty when the request failed
+	// Start and End are when the request was sent and when it was
+	// answered or failed: paced streams only (zero otherwise).
+	Start, End time.Time
 }
 
 // Answers is the outcome of a probe run.
@@ -100,28 +109,43 @@ func (n *Node) Probe(proto Proto, target netip.AddrPort, count int, timeout time
 }
 
 // parseProbeOutput reads lines "answer id=ID client=IP:PORT" and
-// "error REASON".
+// "error REASON", each possibly behind "timed START END " (Unix
+// nanoseconds, from a paced stream).
 func parseProbeOutput(out string) (Answers, error) {
 	var as Answers
 	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
 		if line == "" {
 			continue
 		}
-		kind, rest, _ := strings.Cut(line, " ")
-		switch kind {
-		case "error":
-			as = append(as, Answer{Err: rest})
-		case "answer":
-			a, err := parseAnswer(rest)
-			if err != nil {
-				return nil, err
-			}
-			as = append(as, a)
-		default:
-			return nil, fmt.Errorf("probe printed %q", line)
+		a, err := parseProbeLine(line)
+		if err != nil {
+			return nil, err
 		}
+		as = append(as, a)
 	}
 	return as, nil
+}
+
+func parseProbeLine(line string) (Answer, error) {
+	kind, rest, _ := strings.Cut(line, " ")
+	switch kind {
+	case "error":
+		return Answer{Err: rest}, nil
+	case "answer":
+		return parseAnswer(rest)
+	case "timed":
+		f := strings.SplitN(rest, " ", 3)
+		if len(f) == 3 {
+			start, err1 := strconv.ParseInt(f[0], 10, 64)
+			end, err2 := strconv.ParseInt(f[1], 10, 64)
+			if err1 == nil && err2 == nil && !strings.HasPrefix(f[2], "timed ") {
+				a, err := parseProbeLine(f[2])
+				a.Start, a.End = time.Unix(0, start), time.Unix(0, end)
+				return a, err
+			}
+		}
+	}
+	return Answer{}, fmt.Errorf("probe printed %q", line)
 }
 
 func parseAnswer(s string) (Answer, error) {

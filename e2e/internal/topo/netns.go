@@ -116,6 +116,15 @@ type Process struct {
 // Output returns what the process has printed so far (stderr and stdout).
 func (p *Process) Output() string { return p.output.String() }
 
+// OutputSince returns what the process printed after the first mark bytes
+// of its output, and the output's length so far: the mark of the next
+// call. Watching a long-running program this way copies only what is new.
+func (p *Process) OutputSince(mark int) (string, int) { return p.output.since(mark) }
+
+// Pid is the process's id: the program's own, as `ip netns exec` execs it
+// in place.
+func (p *Process) Pid() int { return p.cmd.Process.Pid }
+
 // syncBuffer is a bytes.Buffer safe for concurrent writers and readers.
 type syncBuffer struct {
 	mu  sync.Mutex
@@ -132,6 +141,18 @@ func (b *syncBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
+}
+
+// since returns what was written after the first mark bytes, and the
+// length so far (the next mark).
+func (b *syncBuffer) since(mark int) (string, int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	n := b.buf.Len()
+	if mark >= n {
+		return "", n
+	}
+	return string(b.buf.Bytes()[max(mark, 0):]), n
 }
 
 // Stop ends the process (SIGTERM, then SIGKILL after a grace period) and

@@ -107,12 +107,14 @@ func runSysctl(args []string) error {
 
 // runBackend is a real server: it answers every HTTP request and every UDP
 // datagram with its id and the client address it saw, as one line
-// "id=ID client=IP:PORT". GET /healthz answers "ok".
+// "id=ID client=IP:PORT". GET /healthz answers "ok". On -push it speaks
+// first (servePush).
 func runBackend(args []string) error {
 	fs := flag.NewFlagSet(roleBackend, flag.ContinueOnError)
 	id := fs.String("id", "", "server id put in every answer")
 	httpAddr := fs.String("http", "", "HTTP listen address (empty: none)")
 	udpAddr := fs.String("udp", "", "UDP listen address (empty: none)")
+	pushAddr := fs.String("push", "", "server-first TCP listen address (empty: none)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -122,7 +124,7 @@ func runBackend(args []string) error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	errc := make(chan error, 2)
+	errc := make(chan error, 3)
 
 	if *httpAddr != "" {
 		ln, err := net.Listen("tcp", *httpAddr)
@@ -147,6 +149,14 @@ func runBackend(args []string) error {
 		}
 		go func() { errc <- serveUDP(pc, *id) }()
 		go func() { <-ctx.Done(); _ = pc.Close() }()
+	}
+	if *pushAddr != "" {
+		ln, err := net.Listen("tcp", *pushAddr)
+		if err != nil {
+			return err
+		}
+		go func() { errc <- servePush(ln, *id, PushEvery) }()
+		go func() { <-ctx.Done(); _ = ln.Close() }()
 	}
 
 	fmt.Println(readyLine)
@@ -183,13 +193,15 @@ func (w writerTo) Write(b []byte) (int, error) { return w.pc.WriteTo(b, w.to) }
 
 // runProbe is a client: it sends -n requests (HTTP GET / over a new TCP
 // connection each, or one UDP datagram from a new socket each) to -target
-// and prints one line per request: "answer <body>" or "error <reason>".
+// and prints one line per request: "answer <body>" or "error <reason>";
+// with -every, paced (runPaced).
 func runProbe(args []string) error {
 	fs := flag.NewFlagSet(roleProbe, flag.ContinueOnError)
 	proto := fs.String("proto", "http", "http or udp")
 	target := fs.String("target", "", "IP:PORT to send to")
 	n := fs.Int("n", 1, "number of requests")
 	timeout := fs.Duration("timeout", 5*time.Second, "per-request timeout")
+	every := fs.Duration("every", 0, "start a request this often, without waiting for the previous one (0: one after another)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -211,6 +223,9 @@ func runProbe(args []string) error {
 		once = func() (string, error) { return udpAsk(*target, *timeout) }
 	default:
 		return fmt.Errorf("unknown -proto %q", *proto)
+	}
+	if *every > 0 {
+		return runPaced(*n, *every, once)
 	}
 	for i := 0; i < *n; i++ {
 		body, err := once()

@@ -4,7 +4,11 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"os/signal"
 	"strconv"
+	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -24,12 +28,31 @@ type Stream struct {
 // given timeout. It is stopped when the test ends, if Stop was not called.
 func (n *Node) StartStream(t testing.TB, proto Proto, target netip.AddrPort, timeout time.Duration) *Stream {
 	t.Helper()
+	return n.startStream(t, proto, target, timeout, 0)
+}
+
+// StartPacedStream is StartStream where a request starts every so often
+// whether or not the ones before it were answered, and each answer carries
+// its Start and End: while the target is unreachable requests pile up
+// rather than one waiting alone, so the first success after an outage
+// comes when the target is back, to within every. timeout must be under
+// the 10 s Stop waits for the requests in flight.
+func (n *Node) StartPacedStream(t testing.TB, proto Proto, target netip.AddrPort, timeout, every time.Duration) *Stream {
+	t.Helper()
+	if every <= 0 {
+		t.Fatalf("a paced stream needs a positive interval, not %v", every)
+	}
+	return n.startStream(t, proto, target, timeout, every)
+}
+
+func (n *Node) startStream(t testing.TB, proto Proto, target netip.AddrPort, timeout, every time.Duration) *Stream {
+	t.Helper()
 	self, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
 	args := []string{self, "-proto", string(proto), "-target", target.String(),
-		"-n", strconv.Itoa(maxStreamRequests), "-timeout", timeout.String()}
+		"-n", strconv.Itoa(maxStreamRequests), "-timeout", timeout.String(), "-every", every.String()}
 	return &Stream{p: n.start(t, "stream to "+target.String(), []string{RoleEnv + "=" + roleProbe}, args, false)}
 }
 
@@ -60,7 +83,8 @@ func (s *Stream) WaitAnswers(t testing.TB, count int, limit time.Duration) {
 }
 
 // Stop ends the stream and returns all its answers; a request in flight
-// when it stops is not counted.
+// when it stops is not counted, except in a paced stream, which waits for
+// them.
 func (s *Stream) Stop(t testing.TB) Answers {
 	t.Helper()
 	s.p.Stop()
@@ -79,4 +103,46 @@ func (as Answers) Summary() string {
 		return fmt.Sprintf("%d requests, none failed", len(as))
 	}
 	return fmt.Sprintf("%d requests, %d failed, first: %s", len(as), len(errs), errs[0])
+}
+
+// maxInFlight bounds a paced stream's requests in flight: far above what
+// a test's outage piles up (a request every 20 ms for a 5 s timeout is
+// 250).
+const maxInFlight = 1024
+
+// runPaced is the paced probe: a request every every, n in all, each in
+// its own goroutine, printed as "timed START END answer BODY" or "timed
+// START END error REASON" when it ends. SIGTERM stops new requests; those
+// in flight are still waited for and printed.
+func runPaced(n int, every time.Duration, once func() (string, error)) error {
+	stop := make(chan os.Signal, 1)
+	signal.Notify(stop, syscall.SIGTERM, os.Interrupt)
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	slots := make(chan struct{}, maxInFlight)
+	var mu sync.Mutex // one line at a time
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for range n {
+		select {
+		case <-stop:
+			return nil
+		case <-tick.C:
+		}
+		slots <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-slots }()
+			start := time.Now()
+			body, err := once()
+			end := time.Now()
+			line := "answer " + strings.TrimSpace(body)
+			if err != nil {
+				line = "error " + strings.ReplaceAll(err.Error(), "\n", " ")
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			fmt.Printf("timed %d %d %s\n", start.UnixNano(), end.UnixNano(), line)
+		})
+	}
+	return nil
 }

@@ -54,6 +54,9 @@ const VIPLink = "lbd0"
 const (
 	BackendHTTPPort = 80
 	BackendUDPPort  = 53
+	// BackendPushPort serves server-first connections: the real server
+	// writes a line every PushEvery from the accept on (see HoldOptions.Push).
+	BackendPushPort = 81
 )
 
 // Options says how many of each host to build; zero values take defaults.
