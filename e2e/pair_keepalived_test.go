@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -27,25 +28,46 @@ var kaVersions = []kaVersion{
 	{"v3", "version = 3\nadvert_interval = \"200ms\"\n", "advert_int 0.2\n"},
 }
 
+// kaBox is how one keepalived box of a pair is set up.
+type kaBox struct {
+	v        kaVersion
+	version  int
+	priority int
+	// likeLBD runs it as the failover benchmark's lbd pair runs: IPVS
+	// connection sync on the inside link (lvs_sync_daemon, as
+	// [ha.ipvs_sync]), no preemption (lbd's default) and the inside link
+	// tracked (as track_interfaces).
+	likeLBD bool
+}
+
 // keepalivedConfig is the peer box's keepalived.conf: the same VRRP
 // instance as lbd's (the same virtual_ipaddress list), the VIP as an
-// excluded address, and the same virtual server over IPVS.
-func keepalivedConfig(p *pair, v kaVersion, priority int, version int) string {
-	var reals []string
-	for _, rs := range p.tp.RealServers {
-		reals = append(reals, fmt.Sprintf("    real_server %s 80 {\n        weight 1\n    }", rs.Addr(p.tp.Backend)))
+// excluded address, and the same virtual servers over IPVS.
+func keepalivedConfig(p *pair, b kaBox) string {
+	var global, instance string
+	if b.likeLBD {
+		global = fmt.Sprintf("    lvs_sync_daemon %s outside id 51\n", p.tp.Backend.Name)
+		instance = fmt.Sprintf("    nopreempt\n    track_interface {\n        %s\n    }\n", p.tp.Backend.Name)
+	}
+	var servers strings.Builder
+	for _, port := range []uint16{p.web.Port(), topo.BackendPushPort} {
+		fmt.Fprintf(&servers, "virtual_server %s %d {\n    lb_algo rr\n    lb_kind NAT\n    protocol TCP\n", p.web.Addr(), port)
+		for _, rs := range p.tp.RealServers {
+			fmt.Fprintf(&servers, "    real_server %s %d {\n        weight 1\n    }\n", rs.Addr(p.tp.Backend), port)
+		}
+		servers.WriteString("}\n")
 	}
 	return fmt.Sprintf(`global_defs {
     router_id peer
     vrrp_version %d
-}
+%s}
 vrrp_instance outside {
     state BACKUP
     interface %s
     virtual_router_id 51
     priority %d
     %s
-    virtual_ipaddress {
+%s    virtual_ipaddress {
         %s
         %s dev %s
     }
@@ -53,45 +75,59 @@ vrrp_instance outside {
         %s/32 dev %s
     }
 }
-virtual_server %s %d {
-    lb_algo rr
-    lb_kind NAT
-    protocol TCP
-%s
+%s`, b.version, global, p.tp.Frontend.Name, b.priority, b.v.keepalived, instance, pairOutside, pairInside, p.tp.Backend.Name,
+		p.web.Addr(), p.tp.Frontend.Name, servers.String())
 }
-`, version, p.tp.Frontend.Name, priority, v.keepalived, pairOutside, pairInside, p.tp.Backend.Name,
-		p.web.Addr(), p.tp.Frontend.Name, p.web.Addr(), p.web.Port(), strings.Join(reals, "\n"))
+
+// keepalived is keepalived running on a director: its main process (the
+// parent of its VRRP and checker processes) and the directory of its
+// files.
+type keepalived struct {
+	*topo.Process
+	dir string
+}
+
+// pid is the process id keepalived wrote to its pid file name: "k.pid"
+// (the parent), "v.pid" (VRRP), "c.pid" (the checker, which runs IPVS).
+func (k *keepalived) pid(name string) (int, error) {
+	b, err := os.ReadFile(filepath.Join(k.dir, name))
+	if err != nil {
+		return 0, err
+	}
+	return strconv.Atoi(strings.TrimSpace(string(b)))
 }
 
 // startKeepalived runs keepalived on director i (VRRP and IPVS).
-func startKeepalived(t *testing.T, p *pair, i int, conf string) *topo.Process {
+func startKeepalived(t *testing.T, p *pair, i int, conf string) *keepalived {
 	t.Helper()
 	dir := t.TempDir()
 	cf := filepath.Join(dir, "keepalived.conf")
 	if err := os.WriteFile(cf, []byte(conf), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	return p.tp.Directors[i].Start(t, "keepalived", "/usr/sbin/keepalived", "--dont-fork", "--log-console", "--log-detail", "--no-syslog",
+	proc := p.tp.Directors[i].Start(t, "keepalived", "/usr/sbin/keepalived", "--dont-fork", "--log-console", "--log-detail", "--no-syslog",
 		"-f", cf, "-p", filepath.Join(dir, "k.pid"), "-r", filepath.Join(dir, "v.pid"), "-c", filepath.Join(dir, "c.pid"), "-b", filepath.Join(dir, "b.pid"))
+	return &keepalived{Process: proc, dir: dir}
 }
 
 // startMixedPair runs lbd on dir1 and keepalived on dir2, the one of
 // higher priority first: neither preempts by default, so the first
 // master stays master.
-func startMixedPair(t *testing.T, v kaVersion, version, lbdPrio, kaPrio int) (*pair, *topo.Process) {
+func startMixedPair(t *testing.T, v kaVersion, version, lbdPrio, kaPrio int) (*pair, *keepalived) {
 	t.Helper()
 	p := newPairTopology(t)
 	tp := p.tp
 	startLbd := func() {
-		p.boxes[0] = startLBD(t, tp.Directors[0], strings.Replace(pairConfig(p.web, tp, lbdPrio, v.lbd), "advert_interval = \"200ms\"\n", "", 1))
+		p.boxes[0] = startLBD(t, tp.Directors[0], pairConfigVRRP(p.web, tp, lbdPrio, v.lbd))
 	}
-	var ka *topo.Process
+	conf := keepalivedConfig(p, kaBox{v: v, version: version, priority: kaPrio})
+	var ka *keepalived
 	if lbdPrio > kaPrio {
 		startLbd()
 		p.waitRoles(t, "lbd master", "MASTER")
-		ka = startKeepalived(t, p, 1, keepalivedConfig(p, v, kaPrio, version))
+		ka = startKeepalived(t, p, 1, conf)
 	} else {
-		ka = startKeepalived(t, p, 1, keepalivedConfig(p, v, kaPrio, version))
+		ka = startKeepalived(t, p, 1, conf)
 		p.waitKeepalived(t, "keepalived master", true)
 		startLbd()
 	}
