@@ -77,23 +77,26 @@ type benchParams struct {
 	services, reals, rounds int
 }
 
+// envInt reads an integer from the environment, def when unset.
+func envInt(t *testing.T, env string, def, lo, hi int) int {
+	t.Helper()
+	s := os.Getenv(env)
+	if s == "" {
+		return def
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < lo || n > hi {
+		t.Fatalf("%s=%q: expected an integer from %d to %d", env, s, lo, hi)
+	}
+	return n
+}
+
 func benchParamsFromEnv(t *testing.T) benchParams {
 	t.Helper()
-	num := func(env string, def, lo, hi int) int {
-		s := os.Getenv(env)
-		if s == "" {
-			return def
-		}
-		n, err := strconv.Atoi(s)
-		if err != nil || n < lo || n > hi {
-			t.Fatalf("%s=%q: expected an integer from %d to %d", env, s, lo, hi)
-		}
-		return n
-	}
 	return benchParams{
-		services: num(benchServicesEnv, 10000, 2, maxBenchVIPs),
-		reals:    num(benchRealsEnv, 10, 1, 1000),
-		rounds:   num(benchRoundsEnv, 3, 1, 20),
+		services: envInt(t, benchServicesEnv, 10000, 2, maxBenchVIPs),
+		reals:    envInt(t, benchRealsEnv, 10, 1, 1000),
+		rounds:   envInt(t, benchRoundsEnv, 3, 1, 20),
 	}
 }
 
