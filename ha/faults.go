@@ -30,7 +30,9 @@ func (f Fault) String() string {
 }
 
 // faults is what puts each instance in FAULT: its tracked interfaces
-// down, and the daemon's Faults. Any one is enough.
+// down (a hard fault: give the addresses up at once), and the daemon's
+// Faults (soft: this box still forwards, so a master keeps its addresses
+// until the peer has taken over). Any one is enough; the worst decides.
 type faults struct {
 	// send keeps what is computed and sent in one order (two callers'
 	// changes must not cross on the way to the runner).
@@ -39,11 +41,11 @@ type faults struct {
 	linkDown map[string]bool
 	daemon   map[string]map[Fault]bool // instance -> fault -> on
 	// applied is what the runner was last told, per instance.
-	applied map[string]bool
+	applied map[string]vrrp.FaultKind
 }
 
 func newFaults() *faults {
-	return &faults{linkDown: map[string]bool{}, daemon: map[string]map[Fault]bool{}, applied: map[string]bool{}}
+	return &faults{linkDown: map[string]bool{}, daemon: map[string]map[Fault]bool{}, applied: map[string]vrrp.FaultKind{}}
 }
 
 // SetFault sets or clears one of the daemon's faults on an instance. It
@@ -63,7 +65,7 @@ func (p *Pair) SetFault(instance string, why Fault, on bool) {
 		return
 	}
 	if on {
-		p.opts.Logger.Warn("VRRP instance in FAULT: it gives the pair's addresses up", "instance", instance, "because", why.String())
+		p.opts.Logger.Warn("VRRP instance in FAULT: it gives the pair's addresses up once the peer has taken over", "instance", instance, "because", why.String())
 	} else {
 		p.opts.Logger.Info("VRRP fault cleared", "instance", instance, "was", why.String())
 	}
@@ -90,26 +92,30 @@ func (p *Pair) applyFaults(ctx context.Context, r *vrrp.Runner) {
 	p.faults.mu.Lock()
 	var changes []faultChange
 	for _, name := range p.plan.order {
-		fault := false
-		for _, l := range p.plan.track[name] {
-			fault = fault || p.faults.linkDown[l]
-		}
+		k := vrrp.NoFault
 		for _, on := range p.faults.daemon[name] {
-			fault = fault || on
+			if on {
+				k = vrrp.SoftFault
+			}
+		}
+		for _, l := range p.plan.track[name] {
+			if p.faults.linkDown[l] {
+				k = vrrp.HardFault
+			}
 		}
 		// The runner starts with no instance in FAULT.
-		if p.faults.applied[name] != fault {
-			p.faults.applied[name] = fault
-			changes = append(changes, faultChange{name, fault})
+		if p.faults.applied[name] != k {
+			p.faults.applied[name] = k
+			changes = append(changes, faultChange{name, k})
 		}
 	}
 	p.faults.mu.Unlock()
 	for _, c := range changes {
-		r.SetFault(ctx, c.instance, c.fault)
+		r.SetFault(ctx, c.instance, c.kind)
 	}
 }
 
 type faultChange struct {
 	instance string
-	fault    bool
+	kind     vrrp.FaultKind
 }

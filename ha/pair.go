@@ -31,6 +31,11 @@ type Options struct {
 	// OnEvent, when set, is called on every transition (notify programs,
 	// metrics), from the Pair's goroutine.
 	OnEvent func(vrrp.Event)
+	// OnHolding, when set, is called when an instance leaves master but
+	// keeps its addresses until the peer has taken over (a preemption, a
+	// healed partition, a tracked check failing): its transition comes to
+	// OnEvent when it gives them up.
+	OnHolding func(vrrp.Event)
 	// OnAnnounce, when set, asks for the master's addresses to be
 	// announced again (gratuitous ARP, unsolicited neighbour
 	// advertisements): a partition healed, and neighbours may have learned
@@ -106,9 +111,10 @@ func (p *Pair) Run(ctx context.Context) error {
 	}
 	groups := p.withSources(socks)
 	r, err := vrrp.New(vrrp.Options{
-		Groups:  groups,
-		Dial:    func(l vrrp.Link) (vrrp.Conn, error) { return socks[l], nil },
-		OnEvent: p.onEvent,
+		Groups:    groups,
+		Dial:      func(l vrrp.Link) (vrrp.Conn, error) { return socks[l], nil },
+		OnEvent:   p.onEvent,
+		OnHolding: p.opts.OnHolding,
 		OnAnnounce: func(string) {
 			if p.opts.OnAnnounce != nil {
 				p.opts.OnAnnounce()

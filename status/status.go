@@ -77,7 +77,7 @@ type VRRP struct {
 	Version   int    `json:"version"`
 	Priority  int    `json:"priority"`
 	State     string `json:"state"`
-	// Holding: backup on the wire, still holding the addresses until the
+	// Holding: backup or fault on the wire, still holding the addresses until the
 	// new master has advertised twice.
 	Holding bool      `json:"holding,omitempty"`
 	Since   time.Time `json:"since,omitzero"`

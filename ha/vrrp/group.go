@@ -16,8 +16,9 @@ import (
 //     ready members become master together.
 //   - A member that leaves master demotes the others (they send priority
 //     0, so the peer takes them over at once).
-//   - A fault of any member (a tracked interface down) is the fault of
-//     all, until every member's is cleared.
+//   - A fault of any member is the fault of all, until every member's is
+//     cleared. A hard one (a tracked interface down) gives the addresses
+//     up at once; a soft one (a tracked check) as a preemption does.
 //   - Leaving master because a better master is heard (a preemption, a
 //     healed partition) is make-before-break: the members are backups at
 //     once in VRRP terms (they send no adverts), but they keep their
@@ -25,12 +26,15 @@ import (
 //     advert goes out as it becomes master, before its addresses are
 //     bound; by the second they are — or until a bound passes. Then all
 //     release together, and each sends priority 0 so that the new master
-//     announces the addresses again (see Machine.Receive).
+//     announces the addresses again (see Machine.Receive). A soft fault
+//     leaves master the same way: the members enter FAULT sending
+//     priority 0, so the peer takes over after its skew time, and keep
+//     the addresses until it has advertised twice.
 type Group struct {
 	Name    string // "" for an instance outside any group
 	members []*Machine
-	faults  []bool   // by member
-	leaves  []*leave // by member: nil unless leaving master
+	faults  []FaultKind // by member
+	leaves  []*leave    // by member: nil unless leaving master
 	// leaveBy bounds the leaving (zero when no member leaves).
 	leaveBy time.Time
 }
@@ -56,7 +60,7 @@ type Step struct {
 
 // NewGroup returns a group of machines, in Init.
 func NewGroup(name string, members ...*Machine) *Group {
-	return &Group{Name: name, members: members, faults: make([]bool, len(members)), leaves: make([]*leave, len(members))}
+	return &Group{Name: name, members: members, faults: make([]FaultKind, len(members)), leaves: make([]*leave, len(members))}
 }
 
 // Members returns the group's machines.
@@ -68,8 +72,8 @@ func (g *Group) Start(now time.Time) []Step {
 	for i, m := range g.members {
 		steps = appendStep(steps, i, m.Start(now))
 	}
-	if g.faulty() {
-		steps = append(steps, g.setFault(now, true)...)
+	if k := g.fault(); k != NoFault {
+		steps = append(steps, g.setFault(now, k)...)
 	}
 	return steps
 }
@@ -132,7 +136,8 @@ func (g *Group) Receive(now time.Time, i int, src netip.Addr, a Advert) []Step {
 
 // hold turns the steps out of master into Holding ones: member i heard
 // the better master (that advert was its first), the others were demoted
-// with it and sent priority 0 (the new master's two adverts are to come).
+// with it and sent priority 0 (the new master's two adverts are to come);
+// i is -1 when no advert made them leave (a soft fault).
 func (g *Group) hold(now time.Time, i int, steps []Step) []Step {
 	for k, st := range steps {
 		t := st.Transition
@@ -199,30 +204,52 @@ func (g *Group) demoteOthers(now time.Time, except int) []Step {
 	return steps
 }
 
-// SetFault records whether member i's tracked interfaces are down.
-func (g *Group) SetFault(now time.Time, i int, fault bool) []Step {
-	before := g.faulty()
-	g.faults[i] = fault
-	if g.faulty() == before {
+// SetFault records how member i is faulty (NoFault when it is not).
+func (g *Group) SetFault(now time.Time, i int, k FaultKind) []Step {
+	was := g.fault()
+	g.faults[i] = k
+	is := g.fault()
+	switch {
+	case is == was:
 		return nil
+	case is == HardFault && was == SoftFault:
+		// In FAULT already: what a soft fault still held goes now.
+		return g.release()
+	case is == HardFault:
+		// Everything goes at once: a leaving ends first.
+		return append(g.release(), g.setFault(now, is)...)
+	case is == SoftFault && was == NoFault:
+		return g.hold(now, -1, g.fold(g.setFault(now, is)))
+	case is == SoftFault:
+		return nil // down from hard: nothing is held any more
 	}
-	// A fault gives everything up at once: a leaving ends first.
-	return append(g.release(), g.setFault(now, !before)...)
+	// Cleared: a leaving goes on to its end; if the peer went silent
+	// meanwhile, the members' timers make this box master again (Kept).
+	return g.fold(g.setFault(now, NoFault))
 }
 
-func (g *Group) faulty() bool {
-	for _, f := range g.faults {
-		if f {
-			return true
+// fold keeps a leaving member's transitions out of the reports until its
+// release: it still holds the addresses, so what it reports then is from
+// MASTER to where it is at the release.
+func (g *Group) fold(steps []Step) []Step {
+	for k, st := range steps {
+		l := g.leaves[st.Member]
+		if st.Transition == nil || l == nil {
+			continue
 		}
+		l.t.To, l.t.Cause = st.Transition.To, st.Transition.Cause
+		steps[k].Holding, steps[k].Transition = st.Transition, nil
 	}
-	return false
+	return steps
 }
 
-func (g *Group) setFault(now time.Time, fault bool) []Step {
+// fault is the group's fault: its worst member's.
+func (g *Group) fault() FaultKind { return slices.Max(g.faults) }
+
+func (g *Group) setFault(now time.Time, k FaultKind) []Step {
 	var steps []Step
 	for i, m := range g.members {
-		steps = appendStep(steps, i, m.SetFault(now, fault))
+		steps = appendStep(steps, i, m.SetFault(now, k))
 	}
 	return steps
 }

@@ -76,7 +76,7 @@ func TestGroupHalfHeardStaysBackup(t *testing.T) {
 // states the members' states after it.
 type gev struct {
 	at     time.Duration
-	kind   string // "tick", "advert", "fault", "stop"
+	kind   string // "tick", "advert", "fault", "soft fault", "clear", "stop"
 	member int
 	prio   uint8
 	want   string
@@ -90,7 +90,7 @@ var peers = [2]netip.Addr{peer, netip.MustParseAddr("198.18.3.3")}
 // re-announcement.
 func render(steps []Step) string {
 	short := map[Cause]string{CauseHigherPeer: "higher", CauseGroup: "group", CauseMasterDown: "down",
-		CauseFault: "fault", CauseStop: "stop"}
+		CauseFault: "fault", CauseStop: "stop", CauseTracked: "tracked", CauseFaultCleared: "cleared"}
 	tr := func(t Transition) string { return fmt.Sprintf("%v->%v(%s)", t.From, t.To, short[t.Cause]) }
 	var parts []string
 	for _, st := range steps {
@@ -126,6 +126,10 @@ func TestGroupLeavesMaster(t *testing.T) {
 	const (
 		held     = "0 hold MASTER->BACKUP(higher); 1 send 0 hold MASTER->BACKUP(group)"
 		released = "0 send 0 report MASTER->BACKUP(higher); 1 send 0 report MASTER->BACKUP(group)"
+		// A soft fault leaves master as a preemption does.
+		softHeld     = "0 send 0 hold MASTER->FAULT(tracked); 1 send 0 hold MASTER->FAULT(tracked)"
+		softReleased = "0 send 0 report MASTER->FAULT(tracked); 1 send 0 report MASTER->FAULT(tracked)"
+		softCleared  = "0 hold FAULT->BACKUP(cleared); 1 hold FAULT->BACKUP(cleared)"
 	)
 	for _, tc := range []struct {
 		name   string
@@ -162,6 +166,41 @@ func TestGroupLeavesMaster(t *testing.T) {
 			{at: 2 * time.Millisecond, kind: "fault", member: 1, states: "FAULT FAULT",
 				want: released + "; 0 report BACKUP->FAULT(fault); 1 report BACKUP->FAULT(fault)"},
 		}},
+		{"a soft fault: the addresses held until the peer advertised twice", []gev{
+			{at: 1 * time.Millisecond, kind: "soft fault", member: 1, want: softHeld, states: "FAULT FAULT"},
+			{at: 100 * time.Millisecond, kind: "advert", member: 0, prio: 150, states: "FAULT FAULT"},
+			{at: 101 * time.Millisecond, kind: "advert", member: 1, prio: 150, states: "FAULT FAULT"},
+			{at: 200 * time.Millisecond, kind: "advert", member: 0, prio: 150, states: "FAULT FAULT"},
+			{at: 201 * time.Millisecond, kind: "advert", member: 1, prio: 150, want: softReleased, states: "FAULT FAULT"},
+		}},
+		{"a hard fault while a soft one holds gives everything up at once", []gev{
+			{at: 1 * time.Millisecond, kind: "soft fault", member: 1, want: softHeld, states: "FAULT FAULT"},
+			{at: 2 * time.Millisecond, kind: "fault", member: 0, want: softReleased, states: "FAULT FAULT"},
+		}},
+		{"a soft fault cleared before the peer took over: the addresses never left", []gev{
+			{at: 1 * time.Millisecond, kind: "soft fault", member: 1, want: softHeld, states: "FAULT FAULT"},
+			{at: 2 * time.Millisecond, kind: "clear", member: 1, want: softCleared, states: "BACKUP BACKUP"},
+			{at: 2*time.Millisecond + mdi, kind: "tick", states: "MASTER MASTER",
+				want: "0 send 100 kept BACKUP->MASTER(down) announce; 1 send 100 kept BACKUP->MASTER(down) announce"},
+		}},
+		{"a soft fault cleared after the peer took over: released as backups", []gev{
+			{at: 1 * time.Millisecond, kind: "soft fault", member: 1, want: softHeld, states: "FAULT FAULT"},
+			{at: 100 * time.Millisecond, kind: "advert", member: 0, prio: 150, states: "FAULT FAULT"},
+			{at: 101 * time.Millisecond, kind: "advert", member: 1, prio: 150, states: "FAULT FAULT"},
+			{at: 150 * time.Millisecond, kind: "clear", member: 1, want: softCleared, states: "BACKUP BACKUP"},
+			{at: 200 * time.Millisecond, kind: "advert", member: 0, prio: 150, states: "BACKUP BACKUP"},
+			{at: 201 * time.Millisecond, kind: "advert", member: 1, prio: 150, states: "BACKUP BACKUP",
+				want: "0 send 0 report MASTER->BACKUP(cleared); 1 send 0 report MASTER->BACKUP(cleared)"},
+		}},
+		{"a soft fault while leaving for a better master: released at its adverts", []gev{
+			{at: 1 * time.Millisecond, kind: "advert", member: 0, prio: 200, want: held, states: "BACKUP BACKUP"},
+			{at: 2 * time.Millisecond, kind: "soft fault", member: 1, states: "FAULT FAULT",
+				want: "0 hold BACKUP->FAULT(tracked); 1 hold BACKUP->FAULT(tracked)"},
+			{at: 3 * time.Millisecond, kind: "advert", member: 1, prio: 200, states: "FAULT FAULT"},
+			{at: 101 * time.Millisecond, kind: "advert", member: 0, prio: 200, states: "FAULT FAULT"},
+			{at: 102 * time.Millisecond, kind: "advert", member: 1, prio: 200, states: "FAULT FAULT",
+				want: "0 send 0 report MASTER->FAULT(tracked); 1 send 0 report MASTER->FAULT(tracked)"},
+		}},
 		{"a stop while leaving releases first", []gev{
 			{at: 1 * time.Millisecond, kind: "advert", member: 0, prio: 200, want: held, states: "BACKUP BACKUP"},
 			{at: 2 * time.Millisecond, kind: "stop", states: "INIT INIT",
@@ -188,7 +227,11 @@ func TestGroupLeavesMaster(t *testing.T) {
 				case "advert":
 					steps = g.Receive(now, e.member, peers[e.member], from([]Params{outside, inside}[e.member], e.prio))
 				case "fault":
-					steps = g.SetFault(now, e.member, true)
+					steps = g.SetFault(now, e.member, HardFault)
+				case "soft fault":
+					steps = g.SetFault(now, e.member, SoftFault)
+				case "clear":
+					steps = g.SetFault(now, e.member, NoFault)
 				case "stop":
 					steps = g.Stop()
 				}
@@ -211,7 +254,7 @@ func TestGroupFault(t *testing.T) {
 	mdi := g.Members()[0].MasterDownInterval()
 	g.Tick(t0.Add(mdi))
 	now := t0.Add(mdi + time.Millisecond)
-	steps := g.SetFault(now, 1, true)
+	steps := g.SetFault(now, 1, HardFault)
 	if s := states(g); s != [2]State{Fault, Fault} || len(steps) != 2 {
 		t.Fatalf("%v after a fault (steps %+v), want both FAULT", s, steps)
 	}
@@ -220,12 +263,12 @@ func TestGroupFault(t *testing.T) {
 			t.Errorf("member %d sent %+v, want priority 0", st.Member, st.Send)
 		}
 	}
-	g.SetFault(now, 0, true)
-	g.SetFault(now, 1, false)
+	g.SetFault(now, 0, HardFault)
+	g.SetFault(now, 1, NoFault)
 	if s := states(g); s != [2]State{Fault, Fault} {
 		t.Fatalf("%v with member 0 still faulty, want both FAULT", s)
 	}
-	g.SetFault(now, 0, false)
+	g.SetFault(now, 0, NoFault)
 	if s := states(g); s != [2]State{Backup, Backup} {
 		t.Fatalf("%v after all faults cleared, want both BACKUP", s)
 	}

@@ -16,9 +16,25 @@ const (
 	Backup
 	// Master: advertising and holding the addresses.
 	Master
-	// Fault: a tracked interface is down (keepalived's FAULT): the
-	// instance holds nothing and stays out of the election.
+	// Fault: a tracked interface is down, or a tracked check fails
+	// (keepalived's FAULT): the instance stays out of the election and
+	// holds nothing, once a make-before-break hold (see Group) is over.
 	Fault
+)
+
+// FaultKind is how badly an instance is faulty, which decides how a
+// master gives its addresses up. Kinds are ordered: the worst wins.
+type FaultKind int
+
+const (
+	NoFault FaultKind = iota
+	// SoftFault: the box still forwards, but should not be master (its
+	// syncs keep failing, a tracked service is below quorum): a master
+	// gives way make-before-break, as a preempted one does.
+	SoftFault
+	// HardFault: a tracked interface is down: what the box holds cannot
+	// be served, so a master gives everything up at once.
+	HardFault
 )
 
 func (s State) String() string {
@@ -42,10 +58,11 @@ const (
 	CauseHigherPeer                 // an advert that outranks this box
 	CausePreempt                    // lower-priority master, preempt on
 	CauseFault                      // a tracked interface went down
-	CauseFaultCleared               // tracked interfaces are up again
+	CauseFaultCleared               // the fault is cleared
 	CauseStop                       // lbd stops
 	CauseGroup                      // another instance of its sync group moved
 	CauseMasterStopped              // the master sent priority 0
+	CauseTracked                    // a tracked check fails (a SoftFault)
 )
 
 func (c Cause) String() string {
@@ -55,10 +72,11 @@ func (c Cause) String() string {
 		CauseHigherPeer:    "an advert from a peer that outranks this box",
 		CausePreempt:       "preempting a lower-priority master",
 		CauseFault:         "a tracked interface is down",
-		CauseFaultCleared:  "tracked interfaces are up again",
+		CauseFaultCleared:  "the fault is cleared",
 		CauseStop:          "stopping",
 		CauseGroup:         "its sync group moved",
 		CauseMasterStopped: "the master stopped (priority 0)",
+		CauseTracked:       "a tracked check fails (syncs, services)",
 	}[c]
 }
 
@@ -284,14 +302,17 @@ func (m *Machine) Demote(now time.Time) Output {
 	return out
 }
 
-// SetFault enters Fault (a tracked interface is down) or leaves it for
-// Backup. A master leaving sends priority 0 so that the backup takes over
-// at once.
-func (m *Machine) SetFault(now time.Time, fault bool) Output {
+// SetFault enters Fault (k says why) or leaves it for Backup (NoFault).
+// A master leaving sends priority 0 so that the backup takes over at once.
+func (m *Machine) SetFault(now time.Time, k FaultKind) Output {
 	switch {
-	case fault && m.state != Fault && m.state != Init:
-		return m.leave(Fault, CauseFault)
-	case !fault && m.state == Fault:
+	case k != NoFault && m.state != Fault && m.state != Init:
+		c := CauseFault
+		if k == SoftFault {
+			c = CauseTracked
+		}
+		return m.leave(Fault, c)
+	case k == NoFault && m.state == Fault:
 		return m.toBackup(now, CauseFaultCleared)
 	}
 	return Output{}

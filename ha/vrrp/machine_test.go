@@ -51,7 +51,7 @@ func TestMasterDownInterval(t *testing.T) {
 // from src at prio, a fault change, or a stop.
 type event struct {
 	at    time.Duration
-	kind  string // "tick", "advert", "fault", "clear", "stop"
+	kind  string // "tick", "advert", "fault", "soft fault", "clear", "stop"
 	src   netip.Addr
 	prio  uint8
 	state State // expected afterwards
@@ -136,6 +136,11 @@ func TestMachine(t *testing.T) {
 			{at: 4*mdi - time.Millisecond, kind: "tick", state: Backup},
 			{at: 4 * mdi, kind: "tick", state: Master, sent: []uint8{100}, cause: CauseMasterDown},
 		}},
+		{"a soft fault as master names the tracked check", params(), []event{
+			{at: mdi, kind: "tick", state: Master, sent: []uint8{100}, cause: CauseMasterDown},
+			{at: mdi + time.Millisecond, kind: "soft fault", state: Fault, sent: []uint8{0}, cause: CauseTracked},
+			{at: 2 * mdi, kind: "clear", state: Backup, cause: CauseFaultCleared},
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m := NewMachine(tc.p)
@@ -155,8 +160,12 @@ func TestMachine(t *testing.T) {
 						t.Fatalf("event %d: advert refused: %v", i, r)
 					}
 					out = m.Receive(now, e.src, a)
-				case "fault", "clear":
-					out = m.SetFault(now, e.kind == "fault")
+				case "fault":
+					out = m.SetFault(now, HardFault)
+				case "soft fault":
+					out = m.SetFault(now, SoftFault)
+				case "clear":
+					out = m.SetFault(now, NoFault)
 				case "stop":
 					out = m.Stop()
 				}

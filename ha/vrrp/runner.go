@@ -70,6 +70,11 @@ type Options struct {
 	// OnEvent is called, from the Runner's goroutine, on every transition
 	// and re-announcement, in order; it must not block for long.
 	OnEvent func(Event)
+	// OnHolding is called, like OnEvent, when an instance leaves master
+	// in VRRP terms but keeps its addresses until the new master has
+	// taken over (see Group): the moment to hand state over to the peer.
+	// The transition itself comes to OnEvent at the release.
+	OnHolding func(Event)
 	// OnAnnounce asks for the instance's addresses to be announced again
 	// (gratuitous ARP, unsolicited neighbour advertisements).
 	OnAnnounce func(instance string)
@@ -112,7 +117,7 @@ type received struct {
 
 type faultChange struct {
 	instance string
-	fault    bool
+	kind     FaultKind
 }
 
 // New checks the specs and returns a Runner; Run starts it.
@@ -184,11 +189,11 @@ func (r *Runner) Status() []Status {
 	return r.status
 }
 
-// SetFault tells an instance whether one of its tracked interfaces is
-// down. It blocks until the Runner takes it, or ctx ends.
-func (r *Runner) SetFault(ctx context.Context, instance string, fault bool) {
+// SetFault tells an instance how it is faulty (NoFault when it is not).
+// It blocks until the Runner takes it, or ctx ends.
+func (r *Runner) SetFault(ctx context.Context, instance string, k FaultKind) {
 	select {
-	case r.faults <- faultChange{instance, fault}:
+	case r.faults <- faultChange{instance, k}:
 	case <-ctx.Done():
 	}
 }
@@ -347,7 +352,7 @@ func (r *Runner) onFault(f faultChange) {
 	now := r.opts.Now()
 	for _, in := range r.instances {
 		if in.spec.Name == f.instance {
-			r.apply(in.group, in.group.SetFault(now, in.member, f.fault))
+			r.apply(in.group, in.group.SetFault(now, in.member, f.kind))
 		}
 	}
 }
@@ -367,8 +372,12 @@ func (r *Runner) apply(g *Group, steps []Step) {
 		switch {
 		case st.Holding != nil:
 			in.stats.Transitions++
+			first := !in.holding
 			in.since, in.holding = now, true
 			r.logTransition(in, g, *st.Holding, "addresses", "kept until the new master has advertised twice")
+			if first && r.opts.OnHolding != nil {
+				r.opts.OnHolding(r.event(in, g, *st.Holding, now))
+			}
 		case st.Kept != nil:
 			in.stats.Transitions++
 			in.since, in.holding = now, false
@@ -397,8 +406,12 @@ func (r *Runner) logTransition(in *instance, g *Group, t Transition, more ...any
 
 func (r *Runner) report(in *instance, g *Group, t Transition, at time.Time) {
 	if r.opts.OnEvent != nil {
-		r.opts.OnEvent(Event{Instance: in.spec.Name, Group: g.Name, Transition: t, Priority: in.spec.Params.Priority, At: at})
+		r.opts.OnEvent(r.event(in, g, t, at))
 	}
+}
+
+func (r *Runner) event(in *instance, g *Group, t Transition, at time.Time) Event {
+	return Event{Instance: in.spec.Name, Group: g.Name, Transition: t, Priority: in.spec.Params.Priority, At: at}
 }
 
 func (r *Runner) member(g *Group, i int) *instance {

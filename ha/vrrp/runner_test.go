@@ -103,6 +103,7 @@ type box struct {
 	mu        sync.Mutex
 	events    []Event
 	heardAt   []int
+	holdings  []Event
 	announces int
 }
 
@@ -120,6 +121,11 @@ func startBox(t *testing.T, w *wire, src netip.Addr, prio uint8, mod ...func(*Pa
 			b.mu.Lock()
 			b.events = append(b.events, e)
 			b.heardAt = append(b.heardAt, conn.heardMasters())
+			b.mu.Unlock()
+		},
+		OnHolding: func(e Event) {
+			b.mu.Lock()
+			b.holdings = append(b.holdings, e)
 			b.mu.Unlock()
 		},
 		OnAnnounce: func(string) {
@@ -281,7 +287,45 @@ func TestRunnerPreemptedMakeBeforeBreak(t *testing.T) {
 	if st := old.r.Status()[0]; st.Holding || st.State != Backup {
 		t.Errorf("preempted box's status %+v, want BACKUP, not holding", st)
 	}
+	old.checkHolding(t, released)
 	waitFor(t, "the new master to hear the release (priority 0)", func() bool { return preempting.r.Status()[0].Received > 0 })
+}
+
+// checkHolding: the box reported stepping down once, before its release.
+func (b *box) checkHolding(t *testing.T, released Event) {
+	t.Helper()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.holdings) != 1 || b.holdings[0].From != Master || b.holdings[0].At.After(released.At) {
+		t.Errorf("holding events %+v, want one out of MASTER before the release at %v", b.holdings, released.At)
+	}
+}
+
+// A tracked check failing on the master (a soft fault) is make-before-
+// break too: FAULT at once in VRRP terms (priority 0, so the backup takes
+// over after its skew time), the addresses given up after two of the new
+// master's adverts.
+func TestRunnerSoftFaultMakeBeforeBreak(t *testing.T) {
+	w := &wire{}
+	a := startBox(t, w, self, 150)
+	waitStates(t, "alone", []*box{a}, Master)
+	b := startBox(t, w, peer, 100)
+	waitStates(t, "pair", []*box{a, b}, Master, Backup)
+	heardBefore := a.conn.heardMasters()
+	a.r.SetFault(context.Background(), "outside", SoftFault)
+	waitStates(t, "the soft fault", []*box{a, b}, Fault, Master)
+	waitFor(t, "FAULT event on the old master", func() bool { e, _ := a.lastEvent(); return e.To == Fault })
+	released, heard := a.lastEvent()
+	if released.From != Master || released.Cause != CauseTracked {
+		t.Errorf("old master's event %+v, want MASTER -> FAULT for a tracked check", released)
+	}
+	if n := heard - heardBefore; n < 2 {
+		t.Errorf("the old master gave its addresses up after %d of the new master's adverts, want 2", n)
+	}
+	a.checkHolding(t, released)
+	if st := a.r.Status()[0]; st.Holding {
+		t.Errorf("old master's status %+v, want not holding after the release", st)
+	}
 }
 
 // A one-sided heal: the loser hears the winner first and steps down, so
