@@ -51,13 +51,26 @@ func (c *connSync) run(ctx context.Context) {
 }
 
 // event is a Pair's OnEvent: a master giving way (to a preempting or
-// healed peer, or on a fault) sends its connections. It never blocks.
+// healed peer, or on a fault) sends its connections as it gives its
+// addresses up. It never blocks.
 func (c *connSync) event(e vrrp.Event) {
 	if e.From != vrrp.Master || (e.To != vrrp.Backup && e.To != vrrp.Fault) {
 		return
 	}
+	c.ask("leaving MASTER (" + e.Cause.String() + ")")
+}
+
+// holding is a Pair's OnHolding: a master stepping down make-before-break
+// sends its connections at once, while it still holds the addresses, so
+// that the peer knows the idle ones before their packets reach it; event
+// sends again at the release, for the ones opened meanwhile.
+func (c *connSync) holding(e vrrp.Event) {
+	c.ask("stepping down from MASTER (" + e.Cause.String() + "), the addresses still held")
+}
+
+func (c *connSync) ask(why string) {
 	select {
-	case c.wake <- "leaving MASTER (" + e.Cause.String() + ")":
+	case c.wake <- why:
 	default: // a send is pending: it reads the table when it runs
 	}
 }

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
@@ -52,5 +53,23 @@ func TestConnSyncEvents(t *testing.T) {
 		if got := len(c.wake) == 1; got != tt.send {
 			t.Errorf("%v -> %v: send asked %v, want %v", tt.from, tt.to, got, tt.send)
 		}
+	}
+}
+
+// Stepping down make-before-break asks for a send at once, and the
+// release asks again (for connections opened while the addresses were
+// still held).
+func TestConnSyncHolding(t *testing.T) {
+	c := newConnSync(nil)
+	c.holding(vrrp.Event{Transition: vrrp.Transition{From: vrrp.Master, To: vrrp.Backup, Cause: vrrp.CauseHigherPeer}})
+	if len(c.wake) != 1 {
+		t.Fatalf("holding asked for %d sends, want 1", len(c.wake))
+	}
+	if why := <-c.wake; !strings.Contains(why, "still held") {
+		t.Errorf("why %q, want it to say the addresses are still held", why)
+	}
+	c.event(vrrp.Event{Transition: vrrp.Transition{From: vrrp.Master, To: vrrp.Backup, Cause: vrrp.CauseHigherPeer}})
+	if len(c.wake) != 1 {
+		t.Errorf("the release asked for %d sends, want 1", len(c.wake))
 	}
 }

@@ -109,6 +109,7 @@ func (d *daemon) haOptions(ctx context.Context, cfg *config.Config, notifier *ha
 		d.cs = newConnSync(d)
 		d.wg.Go(func() { d.cs.run(ctx) })
 		onEvent = append(onEvent, d.cs.event)
+		opts.OnHolding = d.cs.holding
 	}
 	opts.OnEvent = func(e vrrp.Event) {
 		for _, f := range onEvent {
