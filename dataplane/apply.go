@@ -105,8 +105,9 @@ type outcome struct {
 }
 
 // apply makes the kernel hold st (of configuration cfg): with full, every
-// applier first reads the kernel and repairs drift.
-func (a *appliers) apply(st *desired.State, cfg *config.Config, full bool) outcome {
+// applier first reads the kernel and repairs drift. prev is the state the
+// last sync applied, nil before the first.
+func (a *appliers) apply(st, prev *desired.State, cfg *config.Config, full bool) outcome {
 	var timeoutsPart part
 	if a.timeouts != nil {
 		// The kernel's error says what it was doing with the timeouts.
@@ -122,16 +123,30 @@ func (a *appliers) apply(st *desired.State, cfg *config.Config, full bool) outco
 	// slowest of them rather than their sum. A new VIP may answer before
 	// its masquerade entries exist, as with kube-proxy, which writes IPVS
 	// and addresses before its ipsets.
+	//
+	// A box taking addresses over (a failover) has its virtual servers,
+	// sets and rules in place already: it announces the addresses as soon
+	// as they are bound, not after the other subsystems. A sync that
+	// changes the virtual servers announces after all of them, so that no
+	// neighbour is drawn to a VIP before IPVS has its virtual server.
+	early := a.announce != nil && prev != nil && sameVirtualServers(prev.Services, st.Services)
 	var wg sync.WaitGroup
 	var addrPart, filterPart part
-	wg.Go(func() { addrPart = a.applyAddrs(st, full) })
+	wg.Go(func() {
+		addrPart = a.applyAddrs(st, full)
+		if early {
+			a.announce.Set(st.Announce)
+		}
+	})
 	wg.Go(func() { filterPart = a.applyFilter(st, cfg, full) })
 	ipvsPart, ir := a.applyIPVS(st.Services, full)
 	syncPart := a.applySync(st.SyncDaemons)
 	wg.Wait()
+	// After the addresses are gone: no packet recreates the entries.
+	releasePart := a.releaseConntrack(st, prev)
 	var out outcome
 	out.syncDaemons, out.syncErr = len(st.SyncDaemons), errors.Join(syncPart.errs...)
-	for _, p := range []part{timeoutsPart, addrPart, filterPart, ipvsPart, syncPart} {
+	for _, p := range []part{timeoutsPart, addrPart, filterPart, ipvsPart, syncPart, releasePart} {
 		out.dumps += p.dumps
 		out.writes += p.writes
 		out.errs = append(out.errs, p.errs...)
@@ -140,10 +155,16 @@ func (a *appliers) apply(st *desired.State, cfg *config.Config, full bool) outco
 	out.failed = slices.Clone(ir.Failed)
 	slices.SortFunc(out.failed, lvs.Key.Compare)
 	out.failed = slices.Compact(out.failed)
-	if a.announce != nil {
+	if a.announce != nil && !early {
 		a.announce.Set(st.Announce)
 	}
 	return out
+}
+
+// sameVirtualServers reports whether a and b (sorted by key) hold the same
+// virtual servers, whatever their destinations.
+func sameVirtualServers(a, b []desired.Service) bool {
+	return slices.EqualFunc(a, b, func(x, y desired.Service) bool { return x.Key == y.Key })
 }
 
 // err joins the outcome's errors; nil when every write went in.
@@ -242,4 +263,57 @@ func (a *appliers) applyIPVS(services []desired.Service, full bool) (part, ipvs.
 	}
 	a.log.Info("removed conntrack entries of deleted UDP real servers", "real_servers", cleaned, "entries", n)
 	return p, ir
+}
+
+// releaseConntrack removes the conntrack entries of the VIPs this box
+// stopped serving (see package conntrack for the resets they cause when it
+// serves them again), with those a failed pass left.
+func (a *appliers) releaseConntrack(st, prev *desired.State) part {
+	var p part
+	if a.ct == nil {
+		return p
+	}
+	released := releasedVIPs(st, prev)
+	pending := a.ct.PendingReleased() + len(released)
+	serves := func(v netip.Addr) bool {
+		_, ok := slices.BinarySearchFunc(st.VIPs, v, netip.Addr.Compare)
+		return ok
+	}
+	cleaned, n, ran, err := a.ct.Release(released, serves)
+	if !ran {
+		return p
+	}
+	p.writes++
+	if err != nil {
+		// Kept in the queue for the retry this error brings.
+		p.errs = append(p.errs, fmt.Errorf("conntrack entries of %d VIPs no longer served: %w", pending, err))
+		return p
+	}
+	a.log.Info("removed conntrack entries of VIPs no longer served", "vips", cleaned, "entries", n)
+	return p
+}
+
+// releasedVIPs returns the VIPs prev served and st does not. Before the
+// first sync (prev nil) they are every VIP of st's virtual servers that st
+// does not serve: the lbd before a restart may have served them.
+func releasedVIPs(st, prev *desired.State) []netip.Addr {
+	var was []netip.Addr
+	if prev != nil {
+		was = prev.VIPs
+	} else {
+		for _, vs := range st.Services {
+			if !vs.NodePort && !vs.Key.IsFWMark() {
+				was = append(was, vs.Key.Addr)
+			}
+		}
+		slices.SortFunc(was, netip.Addr.Compare)
+		was = slices.Compact(was)
+	}
+	var out []netip.Addr
+	for _, v := range was {
+		if _, ok := slices.BinarySearchFunc(st.VIPs, v, netip.Addr.Compare); !ok {
+			out = append(out, v)
+		}
+	}
+	return out
 }

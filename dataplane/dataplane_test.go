@@ -290,6 +290,8 @@ type failingCleaner struct {
 	calls [][]conntrack.Flow
 }
 
+func (c *failingCleaner) DeleteReleased([]netip.Addr) (uint, error) { return 0, nil }
+
 func (c *failingCleaner) DeleteUDP(flows []conntrack.Flow) (uint, error) {
 	c.calls = append(c.calls, slices.Clone(flows))
 	if len(c.calls) <= c.fail {

@@ -35,7 +35,7 @@ func (d *Dataplane) sync(_ context.Context, why runner.Reason) error {
 	d.mu.Unlock()
 	dec := d.valve.Decide(st, in)
 	st, res.Held, res.Edition = dec.State, dec.Hold, in.Edition
-	out := d.apply.apply(&st, in.Sources.Config, why.Full())
+	out := d.apply.apply(&st, d.applied, in.Sources.Config, why.Full())
 	res.Dumps, res.Writes, res.Err = out.dumps, out.writes, out.err()
 	res.SetEntries, res.FilterRules, res.Draining, res.Failed = out.setEntries, out.rules, out.draining, out.failed
 	res.Services = len(st.Services)

@@ -1,6 +1,21 @@
-// Package conntrack removes the conntrack entries of UDP real servers lbd
-// deleted, so that clients' "connections" (which, for UDP, never end by
-// themselves) stop being sent to a real server that is gone.
+// Package conntrack removes conntrack entries that would misdirect
+// packets: those of UDP real servers lbd deleted, so that clients'
+// "connections" (which, for UDP, never end by themselves) stop being sent
+// to a real server that is gone; and those of VIPs this box stopped
+// serving, so that they are not there when it serves them again (a
+// failover back to it).
+//
+// Why a VIP's old entries harm: with vs/conntrack=1 each connection IPVS
+// forwards has an entry, client → VIP with the reply from the real
+// server. When the box gives the VIP up, the entries stay (established
+// ones for days, TIME_WAIT ones two minutes), and their sequence windows
+// stop. When it takes the VIP over again, a packet of a connection that
+// went on through the peer meanwhile, or of a new one that reuses the
+// client's port, matches the old entry, falls outside its window and is
+// invalid to conntrack; IPVS forwards it anyway, and on its way out it is
+// tracked again, as client → real server, whose reply is the old entry's:
+// NAT makes the new entry unique by giving it another source port, and
+// the real server, which does not know that port, answers with a reset.
 package conntrack
 
 import (
@@ -60,10 +75,7 @@ func (c *Cleaner) Close() { c.h.Close() }
 func (c *Cleaner) DeleteUDP(flows []Flow) (uint, error) {
 	byFamily := map[netlink.InetFamily]udpFlows{}
 	for _, f := range flows {
-		fam := netlink.InetFamily(unix.AF_INET)
-		if f.Real.Addr().Is6() {
-			fam = unix.AF_INET6
-		}
+		fam := familyOf(f.Real.Addr())
 		if byFamily[fam] == nil {
 			byFamily[fam] = udpFlows{}
 		}
@@ -72,18 +84,73 @@ func (c *Cleaner) DeleteUDP(flows []Flow) (uint, error) {
 	var total uint
 	var errs []error
 	for fam, f := range byFamily {
-		// A dump the kernel interrupts (the table changed under it) may
-		// have missed flows: run it again, a few times at most.
-		for try := 0; ; try++ {
-			n, err := c.h.ConntrackDeleteFilters(netlink.ConntrackTable, fam, f)
-			total += n
-			if err == nil || !errors.Is(err, netlink.ErrDumpInterrupted) || try == 2 {
-				if err != nil {
-					errs = append(errs, fmt.Errorf("deleting UDP conntrack entries: %w", err))
-				}
-				break
-			}
+		n, err := c.deleteMatching(fam, f)
+		total += n
+		if err != nil {
+			errs = append(errs, fmt.Errorf("deleting UDP conntrack entries: %w", err))
 		}
 	}
 	return total, errors.Join(errs...)
+}
+
+// unNATedTo matches the entries of connections to a set of addresses
+// (VIPs) whose reply goes back to the client itself: what IPVS NAT and
+// direct routing leave. A source-NATed one (masquerade, or SNAT to a
+// floating address) replies to this box's address instead; conntrackd
+// hands those over to the peer, and they are left to it.
+type unNATedTo map[netip.Addr]bool
+
+func (m unNATedTo) MatchConntrackFlow(flow *netlink.ConntrackFlow) bool {
+	dst, ok := netip.AddrFromSlice(flow.Forward.DstIP)
+	if !ok || !m[dst.Unmap()] {
+		return false
+	}
+	src, ok1 := netip.AddrFromSlice(flow.Forward.SrcIP)
+	back, ok2 := netip.AddrFromSlice(flow.Reverse.DstIP)
+	return ok1 && ok2 && src.Unmap() == back.Unmap() && flow.Forward.SrcPort == flow.Reverse.DstPort
+}
+
+// DeleteReleased deletes the entries of connections to vips that were not
+// source-NATed, every protocol, in one pass over the table per address
+// family, and returns how many it deleted.
+func (c *Cleaner) DeleteReleased(vips []netip.Addr) (uint, error) {
+	byFamily := map[netlink.InetFamily]unNATedTo{}
+	for _, a := range vips {
+		fam := familyOf(a)
+		if byFamily[fam] == nil {
+			byFamily[fam] = unNATedTo{}
+		}
+		byFamily[fam][a.Unmap()] = true
+	}
+	var total uint
+	var errs []error
+	for fam, m := range byFamily {
+		n, err := c.deleteMatching(fam, m)
+		total += n
+		if err != nil {
+			errs = append(errs, fmt.Errorf("deleting the conntrack entries of released VIPs: %w", err))
+		}
+	}
+	return total, errors.Join(errs...)
+}
+
+// deleteMatching deletes one family's entries that f matches. A dump the
+// kernel interrupts (the table changed under it) may have missed some: it
+// is run again, a few times at most.
+func (c *Cleaner) deleteMatching(fam netlink.InetFamily, f netlink.CustomConntrackFilter) (uint, error) {
+	var total uint
+	for try := 0; ; try++ {
+		n, err := c.h.ConntrackDeleteFilters(netlink.ConntrackTable, fam, f)
+		total += n
+		if err == nil || !errors.Is(err, netlink.ErrDumpInterrupted) || try == 2 {
+			return total, err
+		}
+	}
+}
+
+func familyOf(a netip.Addr) netlink.InetFamily {
+	if a.Unmap().Is6() {
+		return unix.AF_INET6
+	}
+	return unix.AF_INET
 }

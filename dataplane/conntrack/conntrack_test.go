@@ -35,3 +35,32 @@ func TestUDPFlowsMatch(t *testing.T) {
 		}
 	}
 }
+
+func TestUnNATedToMatch(t *testing.T) {
+	m := unNATedTo{netip.MustParseAddr("198.18.100.1"): true, netip.MustParseAddr("2001:2::1"): true}
+	client, rs := "198.18.1.11", "198.18.3.11"
+	flow := func(proto uint8, src, vip, replySrc, replyDst string, replyPort uint16) *netlink.ConntrackFlow {
+		return &netlink.ConntrackFlow{
+			Forward: netlink.IPTuple{Protocol: proto, SrcIP: net.ParseIP(src), DstIP: net.ParseIP(vip), SrcPort: 52250, DstPort: 80},
+			Reverse: netlink.IPTuple{Protocol: proto, SrcIP: net.ParseIP(replySrc), SrcPort: 80, DstIP: net.ParseIP(replyDst), DstPort: replyPort},
+		}
+	}
+	tests := []struct {
+		name string
+		flow *netlink.ConntrackFlow
+		want bool
+	}{
+		{"IPVS NAT connection to a released VIP", flow(syscall.IPPROTO_TCP, client, "198.18.100.1", rs, client, 52250), true},
+		{"UDP too", flow(syscall.IPPROTO_UDP, client, "198.18.100.1", rs, client, 52250), true},
+		{"IPv6", flow(syscall.IPPROTO_TCP, "2001:2:0:1::b", "2001:2::1", "2001:2:0:3::b", "2001:2:0:1::b", 52250), true},
+		{"IPv4-mapped addresses count as IPv4", flow(syscall.IPPROTO_TCP, "::ffff:"+client, "::ffff:198.18.100.1", rs, "::ffff:"+client, 52250), true},
+		{"a VIP still served", flow(syscall.IPPROTO_TCP, client, "198.18.100.2", rs, client, 52250), false},
+		{"masqueraded (SNAT to the box or a floating address): conntrackd's", flow(syscall.IPPROTO_TCP, client, "198.18.100.1", rs, "198.18.3.10", 52250), false},
+		{"source port NATed", flow(syscall.IPPROTO_TCP, client, "198.18.100.1", rs, client, 61000), false},
+	}
+	for _, tt := range tests {
+		if got := m.MatchConntrackFlow(tt.flow); got != tt.want {
+			t.Errorf("%s: got %v", tt.name, got)
+		}
+	}
+}
