@@ -69,11 +69,19 @@ type failRound struct {
 	// keepalived).
 	down, logged, cutTook time.Duration
 	gap                   time.Duration
-	requests, failed      int
-	errors                string
-	lostClient            int
-	lostPush              int
-	heldLongest           time.Duration
+	// serve is from the MASTER line seen to the first answer after it;
+	// announced (lbd only) from lbd's own time for that line to its first
+	// gratuitous ARP after it.
+	serve, announced time.Duration
+	// stale is the backup's conntrack entries of connections to the VIP
+	// just before the cut (left from when it last served it); staleHeld
+	// those of them with a held connection's client end.
+	stale, staleHeld int
+	requests, failed int
+	errors           string
+	lostClient       int
+	lostPush         int
+	heldLongest      time.Duration
 	// resets is the TCP resets sent during the round: by the new
 	// master's own stack (a packet to a local VIP that IPVS did not
 	// take), by lbd's rules there, by the real servers.
@@ -253,7 +261,10 @@ func (bp *benchPair) round(t *testing.T, n int) failRound {
 		res.unsynced = true
 	}
 	resetsBefore := countResets(t, bp.p, b)
+	probe := bp.startLossProbe(b)
+	res.stale, res.staleHeld = probe.staleEntries(bp.p.web.Addr(), held.locals())
 	defer held.reset()
+	var masterAt, masterLogged time.Time
 	as, gap := streamGap(t, bp.p.client, bp.p.web, func() {
 		seen := bp.boxes[b].watch("MASTER")
 		// The link goes down in the command, most of which is starting
@@ -270,17 +281,25 @@ func (bp *benchPair) round(t *testing.T, n int) failRound {
 			res.flapped = true
 			return
 		}
-		res.down = at.Sub(cut)
+		res.down, masterAt, masterLogged = at.Sub(cut), at, logged
 		if !logged.IsZero() {
 			res.logged = logged.Sub(cut)
 		}
 	})
 	res.gap, res.requests, res.failed, res.errors = gap, len(as), len(as.Errors()), errorKinds(as)
+	if !masterAt.IsZero() {
+		res.serve = firstAnswerAfter(as, masterAt)
+		res.announced = probe.announcedAfter(masterLogged)
+		if res.announced > 100*time.Millisecond {
+			t.Logf("%s round %d: the first gratuitous ARP came %v after the MASTER line", bp.v.key, n, res.announced)
+			probe.logs(t)
+		}
+	}
 	o := held.ask(t, fmt.Sprintf("%s round %d", bp.v.key, n))
 	res.lostClient, res.lostPush, res.heldLongest = o.lostClient, o.lostPush, o.longest
 	res.resets = countResets(t, bp.p, b).minus(resetsBefore)
 	if len(o.lost) > 0 {
-		bp.logEntries(t, b, o.lost)
+		probe.explain(t, o.lost)
 	}
 	held.reset()
 	bp.p.restoreLinks(t, m)
@@ -463,25 +482,4 @@ func outRsts(t *testing.T, n *topo.Node) int {
 	}
 	t.Fatalf("no Tcp: OutRsts in %s's /proc/net/snmp", n.Host)
 	return 0
-}
-
-// logEntries logs what box i's IPVS lists for the lost connections'
-// client ends (which real server it sends them to), for a loss to be
-// explained.
-func (bp *benchPair) logEntries(t *testing.T, i int, lost []topo.HeldConn) {
-	t.Helper()
-	out, err := bp.p.tp.Directors[i].Exec("ipvsadm", "-Lnc")
-	if err != nil {
-		t.Logf("dir%d: ipvsadm -Lnc: %v", i+1, err)
-		return
-	}
-	for _, c := range lost {
-		var entries []string
-		for _, line := range strings.Split(out, "\n") {
-			if f := strings.Fields(line); len(f) >= 6 && f[3] == c.Local.String() {
-				entries = append(entries, strings.Join(f, " "))
-			}
-		}
-		t.Logf("%s: the lost connection from %s (first answered by %s) on dir%d: %q", bp.v.key, c.Local, c.Server, i+1, entries)
-	}
 }
