@@ -127,6 +127,10 @@ func ServiceFromConsul(cfg *Config, name string, meta map[string]string) (Servic
 		if !strings.HasPrefix(k, "lbd-") {
 			continue // the application's own meta
 		}
+		if k == "lbd-forward" {
+			sink.add(newError(Pos{File: where}, "meta "+k, "Consul-defined virtual services forward by NAT only (their real servers are the registrations, at their own ports, which DR and tunnels cannot map); expected no lbd-forward: define a DR or tunnel service in a file, with [service.consul] for its real servers"))
+			continue
+		}
 		if !slices.Contains(known, k) {
 			msg := "unknown lbd meta key"
 			if s := suggest(k, known); s != "" {

@@ -194,6 +194,7 @@ func decodeService(n *node) Service {
 	if n.oneOf("snat", &v, string(SNATAuto), string(SNATAlways), string(SNATNever)) {
 		s.SNAT = SNATMode(v)
 	}
+	decodeForward(n, &s)
 	n.boolean("adopt", &s.Adopt)
 	decodeAnnounce(n, &s)
 	w := decodeHealth(n, &s)
@@ -201,6 +202,7 @@ func decodeService(n *node) Service {
 	decodeSourceRanges(n, &s)
 	decodeServiceConsul(n, &s)
 	decodeQuorum(n, &s)
+	checkForward(n, &s)
 	recordPositions(n, &s, vipKeys)
 	n.finish()
 	return s
@@ -437,21 +439,22 @@ func decodeRealServer(n *node, s *Service, check *HealthCheck, w written) RealSe
 	if !n.addr("address", &r.Address) && !n.has("address") {
 		n.errorf("", "real server has no address; expected address = \"10.0.0.11\" (or similar)")
 	}
+	if !n.port("port", &r.Port) && !n.has("port") && r.Port == 0 {
+		n.errorf("", "real server has no port and service %q has none to inherit (NodePort-only); expected port = 1..65535", s.Name)
+	}
+	n.integer("weight", &r.Weight, 0, 65535)
+	decodeRealServerForward(n, s, &r)
 	if r.Address.IsValid() {
 		reason, forbidden := ForbiddenRealServer(r.Address)
 		switch {
 		case forbidden:
 			n.errorf("address", "%s is not a routable unicast address (it is %s; loopback, link-local, multicast, broadcast, unspecified and 0.0.0.0/8 are refused: IPVS NAT cannot forward to them); expected a real server's address", r.Address, reason)
 		case s.knownFamily() != 0 && family(r.Address) != s.Family():
-			n.errorf("address", "%s is IPv%d but service %q is IPv%d; IPVS NAT cannot mix families: expected an IPv%d real server", r.Address, family(r.Address), s.Name, s.Family(), s.Family())
+			n.errorf("address", "%s is IPv%d but service %q is IPv%d; %s: expected an IPv%d real server", r.Address, family(r.Address), s.Name, s.Family(), whole(familyReason(r.Forward.Method)), s.Family())
 		case slices.Contains(s.VIPs, r.Address):
 			n.errorf("address", "%s is a VIP of this service; a real server cannot be its own VIP", r.Address)
 		}
 	}
-	if !n.port("port", &r.Port) && !n.has("port") && r.Port == 0 {
-		n.errorf("", "real server has no port and service %q has none to inherit (NodePort-only); expected port = 1..65535", s.Name)
-	}
-	n.integer("weight", &r.Weight, 0, 65535)
 	if t := n.table("health_check"); t != nil {
 		c, _ := decodeCheck(t, *s.HealthCheck, w)
 		r.HealthCheck = &c

@@ -237,6 +237,11 @@ type Service struct {
 
 	SourceRanges []netip.Prefix
 	SNAT         SNATMode
+	// Forward is the service's forwarding method (keepalived's lb_kind),
+	// which its real servers, its sorry server and those from Consul
+	// take unless a real server sets its own: NAT (the zero value), or
+	// DR and tunnels, never NAT with either.
+	Forward lvs.Forward
 
 	Announce          Announce
 	AnnounceInterface string
@@ -338,8 +343,8 @@ func family(a netip.Addr) int {
 type RealServer struct {
 	Address netip.Addr
 	Port    uint16
-	// Forward is how IPVS reaches it (in Port's padding: no extra bytes);
-	// the zero value, NAT, is all the configuration offers yet.
+	// Forward is how IPVS reaches it (in Port's padding: no extra bytes):
+	// its service's method, or its own forward and tunnel keys.
 	Forward lvs.Forward
 	Weight  int
 	// HealthCheck is the service's check with this real server's overrides

@@ -176,7 +176,7 @@ func (r *Result) real(s *config.Service, in consul.Instance, g *guard) (config.R
 		r.problem(subject, "registered without a port and [service.consul] of %s sets none; expected a port in the registration or port = N", consul.Quote(s.Name))
 		return config.RealServer{}, false
 	case familyOf(a) != s.Family():
-		r.problem(subject, "%s is IPv%d but service %s is IPv%d; IPVS NAT cannot mix families", a, familyOf(a), consul.Quote(s.Name), s.Family())
+		r.problem(subject, "%s is IPv%d but service %s is IPv%d; IPVS cannot forward across families", a, familyOf(a), consul.Quote(s.Name), s.Family())
 		return config.RealServer{}, false
 	}
 	weight := c.DefaultWeight
@@ -194,8 +194,11 @@ func (r *Result) real(s *config.Service, in consul.Instance, g *guard) (config.R
 	}
 	return config.RealServer{
 		Address: a, Port: port, Weight: weight,
-		Down: down(in.Status, c.PassingOnly),
-		Pos:  config.Pos{File: clip(fmt.Sprintf("consul %s/%s", in.Node, in.ID), 2*consul.MaxQuoted)},
+		// As its service forwards: DR and tunnels set Port to the
+		// service's (config), since they cannot map ports.
+		Forward: s.Forward,
+		Down:    down(in.Status, c.PassingOnly),
+		Pos:     config.Pos{File: clip(fmt.Sprintf("consul %s/%s", in.Node, in.ID), 2*consul.MaxQuoted)},
 	}, true
 }
 

@@ -10,6 +10,7 @@ import (
 
 	"github.com/lbdproject/lbd/config"
 	"github.com/lbdproject/lbd/discovery/consul"
+	"github.com/lbdproject/lbd/lvs"
 )
 
 func load(t testing.TB, text string) *config.Config {
@@ -111,7 +112,7 @@ func TestRealServersFromConsul(t *testing.T) {
 			inst("w", "10.0.0.5", 80, consul.Passing, 4, map[string]string{"lbd-weight": "heavy"}),
 		}}, map[string]string{"web": "10.0.0.5:8080 w=1 down=false check=none"},
 			`consul service "web-app" instance "lo" on node "n-lo": address 127.0.0.1 is not a routable unicast address (loopback, link-local, multicast, broadcast, unspecified and 0.0.0.0/8 are refused); IPVS NAT cannot forward to it
-consul service "web-app" instance "v6" on node "n-v6": 2001:db8::1 is IPv6 but service "web" is IPv4; IPVS NAT cannot mix families
+consul service "web-app" instance "v6" on node "n-v6": 2001:db8::1 is IPv6 but service "web" is IPv4; IPVS cannot forward across families
 consul service "web-app" instance "vip" on node "n-vip": address 192.0.2.10 is a VIP of service "web"; a real server from Consul may not be a VIP
 consul service "web-app" instance "w" on node "n-w": meta lbd-weight = "heavy" is not a weight; expected an integer 0..256 (using the default weight 1)`},
 		{"an empty answer is an answer", map[string][]consul.Instance{web: {}}, map[string]string{}, ""},
@@ -192,5 +193,37 @@ func TestFileClaimWinsOverConsul(t *testing.T) {
 	want := `consul service "api": 198.51.100.9:80/tcp is already claimed by service "web" (` + cfg.Services[0].Pos.String() + `); it keeps it`
 	if len(r.Services) != 0 || problems(r.Problems) != want {
 		t.Errorf("services %v, problems:\n%s\nwant:\n%s", r.Services, problems(r.Problems), want)
+	}
+}
+
+// Consul's instances of a DR or tunnel service are forwarded like the
+// service, at its port (config sets [service.consul]'s port: DR and
+// tunnels cannot map ports).
+func TestConsulRealServersForwardLikeTheirService(t *testing.T) {
+	for _, tt := range []struct {
+		forward string
+		want    lvs.Forward
+	}{
+		{`forward = "dr"`, lvs.Forward{Method: lvs.DR}},
+		{"forward = \"tun\"\ntunnel_type = \"gue\"\ntunnel_port = 6080", lvs.Forward{Method: lvs.Tunnel, Tunnel: lvs.GUE, Port: 6080}},
+		{"", lvs.Forward{}},
+	} {
+		cfg := load(t, fmt.Sprintf(`
+[[service]]
+name = "web"
+vips = ["192.0.2.10"]
+port = 80
+%s
+[service.consul]
+service = "web-app"
+`, tt.forward))
+		key := Queries(cfg)[0].Key()
+		r := Compute(Input{Config: cfg, Snapshot: consul.Snapshot{Services: map[string][]consul.Instance{
+			key: {inst("a", "10.0.0.2", 80, consul.Passing, 1, nil)},
+		}}})
+		got := r.Reals["web"]
+		if len(got) != 1 || got[0].Forward != tt.want || got[0].Port != 80 {
+			t.Errorf("%q: reals %+v, want one at port 80 forwarded %v", tt.forward, got, tt.want)
+		}
 	}
 }
