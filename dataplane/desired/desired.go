@@ -58,6 +58,10 @@ type Service struct {
 	// NodePort is set on the virtual servers of a NodePort-like service's
 	// node addresses (not VIPs).
 	NodePort bool
+	// Method is the service's forwarding method (its destinations may mix
+	// DR and tunnels): a DR or tunnel one's replies bypass the director,
+	// so its VIP:port is NOTRACK and never masqueraded.
+	Method lvs.Method
 	// Adopt lets lbd take over a virtual server at this key that it did
 	// not create (the service's adopt); without it such a one is foreign
 	// and left alone.
@@ -394,6 +398,7 @@ func virtualServer(s *config.Service, vip netip.Addr, port uint16, dests []Dest)
 		Source:       s.Pos,
 		SNAT:         s.SNAT,
 		SourceRanges: s.SourceRanges,
+		Method:       s.Forward.Method,
 		Adopt:        s.Adopt,
 	}
 	for _, f := range s.SchedulerFlags {
@@ -459,7 +464,9 @@ func (sc *destScratch) destinations(s *config.Service, in Input) (_ []Dest, heal
 		for _, r := range reals {
 			out = append(out, dest(r, 0))
 		}
-		sorry := &config.RealServer{Address: s.SorryServer.Addr(), Port: s.SorryServer.Port(), Weight: 1, Pos: config.Pos{File: "sorry_server of " + s.Name}}
+		// The sorry server is forwarded to as the service is (keepalived's
+		// too): a NAT one would mix NAT into a DR service.
+		sorry := &config.RealServer{Address: s.SorryServer.Addr(), Port: s.SorryServer.Port(), Forward: s.Forward, Weight: 1, Pos: config.Pos{File: "sorry_server of " + s.Name}}
 		out = append(out, Dest{Addr: *s.SorryServer, Weight: 1, Real: sorry})
 	default: // QuorumKeep: the checks are more likely wrong than every server
 		for _, r := range reals {

@@ -44,6 +44,7 @@ const (
 	SetFirewall  = "FW"         // services with source_ranges
 	SetSrcRanges = "SRC-RANGES" // vip,proto:port,cidr allowed to a firewalled service
 	SetSrcIPs    = "SRC-IPS"    // vip,proto:port,own-address: the director may reach it
+	SetNoTrack   = "NOTRACK"    // VIP,proto:port of DR and tunnel services: conntrack skips them
 )
 
 // SetName returns the name of the role's set for a family: LBD-X for IPv4,
@@ -70,6 +71,7 @@ const (
 	roleFirewall
 	roleSrcRanges
 	roleSrcIPs
+	roleNoTrack
 	numRoles
 )
 
@@ -90,6 +92,7 @@ var roles = [numRoles]struct {
 	{SetFirewall, HashIPPort, "services with source ranges"},
 	{SetSrcRanges, HashIPPortNT, "source ranges allowed per service"},
 	{SetSrcIPs, HashIPPortIP, "director addresses allowed to firewalled services"},
+	{SetNoTrack, HashIPPort, "DR and tunnel VIP ports (not tracked)"},
 }
 
 // SetID numbers lbd's sets: the IPv4 sets first, then the IPv6 ones, in
@@ -223,15 +226,26 @@ func (st *State) AppendMembers(buf []Member, vs *Service) []Member {
 	} else {
 		buf = append(buf, member(roleVIPs, SetEntry{IP: k.Addr}))
 	}
-	switch vs.SNAT {
-	case config.SNATAlways:
+	// DR and tunnel replies go from the real server to the client: the
+	// director sees one direction only, which conntrack would hold as
+	// INVALID (and its table fill up), and there is nothing to masquerade
+	// nor a hairpin through the director (the real server holds the VIP).
+	direct := vs.Method != lvs.NAT
+	switch {
+	case direct:
+		buf = append(buf, member(roleNoTrack, e))
+	case vs.SNAT == config.SNATAlways:
 		buf = append(buf, member(roleMasqAll, e))
-	case config.SNATAuto:
+	case vs.SNAT == config.SNATAuto:
 		buf = append(buf, member(roleMasqAuto, e))
 	}
 	for _, d := range vs.Dests {
 		a := d.Addr.Addr()
-		buf = append(buf, member(roleLoopback, SetEntry{IP: a, Proto: k.Protocol, Port: d.Addr.Port(), IP2: a}))
+		if !direct {
+			buf = append(buf, member(roleLoopback, SetEntry{IP: a, Proto: k.Protocol, Port: d.Addr.Port(), IP2: a}))
+		}
+		// A DR real server is on the flat network too: what it sends to
+		// a NAT service is masqueraded like any real server's.
 		if len(st.sets.rsNets) == 0 {
 			buf = append(buf, member(roleRSNets, SetEntry{Net: netip.PrefixFrom(a, a.BitLen())}))
 		}
@@ -259,7 +273,7 @@ func (st *State) AppendMembers(buf []Member, vs *Service) []Member {
 // SameMembers reports whether two virtual servers of the same key need
 // the same set members, given the same set inputs.
 func SameMembers(a, b *Service) bool {
-	if a.Key != b.Key || a.SNAT != b.SNAT || a.NodePort != b.NodePort || len(a.Dests) != len(b.Dests) ||
+	if a.Key != b.Key || a.SNAT != b.SNAT || a.NodePort != b.NodePort || a.Method != b.Method || len(a.Dests) != len(b.Dests) ||
 		!slices.Equal(a.SourceRanges, b.SourceRanges) {
 		return false
 	}

@@ -125,8 +125,8 @@ func TestTablesDoNotGrowWithServices(t *testing.T) {
 				t.Errorf("restore input of %s: %q", tb.Name, RestoreInput(tb))
 			}
 		}
-		if n != 23 {
-			t.Errorf("IPv%d: %d rules; the fixed rule set has 23", fam, n)
+		if n != 25 {
+			t.Errorf("IPv%d: %d rules; the fixed rule set has 25", fam, n)
 		}
 	}
 	dp.MasqueradeBit = 10

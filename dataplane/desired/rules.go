@@ -11,7 +11,7 @@ import (
 // rules, and one jump into each from a built-in chain. The rules are fixed
 // — they match sets — so their number does not grow with services.
 type Table struct {
-	Name   string   // nat or filter
+	Name   string   // nat, filter or raw
 	Chains []string // lbd's chains, in declaration order
 	Rules  []string // "-A CHAIN ..." lines, in order
 	Jumps  []Jump
@@ -41,7 +41,7 @@ func FilterTool(family int) string {
 	return "iptables"
 }
 
-// Tables returns lbd's nat and filter rules for one family (iptables for
+// Tables returns lbd's nat, filter and raw rules for one family (iptables for
 // 4, ip6tables for 6), following kube-proxy's IPVS mode. Rules are written
 // exactly as iptables-save prints them (--or-mark is saved as --set-xmark
 // V/V, --xor-mark as --set-xmark V/0x0), so that a dump compares equal to
@@ -64,8 +64,10 @@ func Tables(dp config.Dataplane, family int) []Table {
 			"-A LBD-SERVICES -m set --match-set " + set(SetMasqAll) + " dst,dst -j LBD-MARK-MASQ",
 			"-A LBD-SERVICES -m set --match-set " + set(SetMasqAuto) + " dst,dst -m set ! --match-set " + set(SetLocalNets) + " src -j LBD-MARK-MASQ",
 			// Real server A -> VIP -> real server B on one flat network:
-			// without SNAT, B would answer A directly.
-			"-A LBD-SERVICES -m set --match-set " + set(SetServices) + " dst,dst -m set --match-set " + set(SetRSNets) + " src -j LBD-MARK-MASQ",
+			// without SNAT, B would answer A directly. Not for DR and
+			// tunnels, whose real servers answer everyone directly (their
+			// packets are NOTRACK and skip this table anyway).
+			"-A LBD-SERVICES -m set --match-set " + set(SetServices) + " dst,dst -m set ! --match-set " + set(SetNoTrack) + " dst,dst -m set --match-set " + set(SetRSNets) + " src -j LBD-MARK-MASQ",
 			"-A LBD-MARK-MASQ -j MARK --set-xmark " + markMask, // --or-mark
 			// A real server reaching itself through its VIP (hairpin).
 			"-A LBD-POSTROUTING -m set --match-set " + set(SetLoopback) + " dst,dst,src -j MASQUERADE",
@@ -102,7 +104,20 @@ func Tables(dp config.Dataplane, family int) []Table {
 			{From: "FORWARD", To: "LBD-FORWARD", First: true},
 		},
 	}
-	return []Table{nat, filter}
+	// DR and tunnel replies bypass the director: conntrack would see one
+	// direction only (INVALID entries, dropped by a strict host firewall,
+	// filling the table). Only served VIP:ports are skipped, so a new
+	// connection to an unserved port is still NEW, and rejected above;
+	// served ones are accepted above whatever their state.
+	raw := Table{
+		Name:   "raw",
+		Chains: []string{"LBD-PREROUTING"},
+		Rules: []string{
+			"-A LBD-PREROUTING -m set --match-set " + set(SetNoTrack) + " dst,dst -j CT --notrack",
+		},
+		Jumps: []Jump{{From: "PREROUTING", To: "LBD-PREROUTING"}},
+	}
+	return []Table{nat, filter, raw}
 }
 
 // masqueradeMarked is the last rule of LBD-POSTROUTING: what is marked

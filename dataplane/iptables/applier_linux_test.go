@@ -48,7 +48,7 @@ func TestApplyRepairsAndWritesOnlyWhatDiffers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.Dumps != 2 || st.Writes != 2 {
+	if st.Dumps != 3 || st.Writes != 3 {
 		t.Errorf("first apply: %+v; want a dump and a write per table", st)
 	}
 	golden := map[string][]string{"nat": lbdRules(t, ns, "nat"), "filter": lbdRules(t, ns, "filter")}
@@ -99,10 +99,11 @@ func TestApplyRepairsAndWritesOnlyWhatDiffers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(done) != 2 || !strings.HasPrefix(done[0], "iptables nat chains LBD-") || !strings.HasPrefix(done[1], "iptables filter chains LBD-") {
+	if len(done) != 3 || !strings.HasPrefix(done[0], "iptables nat chains LBD-") || !strings.HasPrefix(done[1], "iptables filter chains LBD-") ||
+		!strings.HasPrefix(done[2], "iptables raw chains LBD-") {
 		t.Errorf("cleanup removed %q; want one line per table, naming the tool", done)
 	}
-	for _, table := range []string{"nat", "filter"} {
+	for _, table := range []string{"nat", "filter", "raw"} {
 		if got := lbdRules(t, ns, table); len(got) != 0 {
 			t.Errorf("after cleanup, %s still has %q", table, got)
 		}
@@ -129,7 +130,7 @@ func TestIPv6Tables(t *testing.T) {
 		t.Errorf("second full apply: %+v, %v; want no writes (rules in saved form)", st, err)
 	}
 	done, err := iptables.Cleanup(iptables.NewExecRunner(6, iptables.Detect()).InNetns(ns), tables)
-	if err != nil || len(done) != 2 || !strings.HasPrefix(done[0], "ip6tables nat chains LBD-") {
+	if err != nil || len(done) != 3 || !strings.HasPrefix(done[0], "ip6tables nat chains LBD-") {
 		t.Errorf("cleanup: %q, %v; want one line per table, naming ip6tables", done, err)
 	}
 }
