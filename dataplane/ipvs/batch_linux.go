@@ -264,7 +264,7 @@ func (w *batchWriter) appendDest(s *Service, j int, flags uint16, idx int) {
 		w.firstSeq = w.seq
 	}
 	w.sent = append(w.sent, sentObj{svc: idx, dest: j})
-	encodeNewDest(w, s, &s.Dests[j], flags)
+	encodeDest(w, ipvsCmdNewDest, s, &s.Dests[j], flags)
 }
 
 func encodeNewService(w *batchWriter, s *Service, flags uint16) {
@@ -282,8 +282,9 @@ func encodeNewService(w *batchWriter, s *Service, flags uint16) {
 	w.End(start)
 }
 
-func encodeNewDest(w *batchWriter, s *Service, d *Dest, flags uint16) {
-	start := w.Begin(w.family, flags, w.seq, ipvsCmdNewDest, ipvsGenlVersion)
+// encodeDest encodes a destination request of cmd (new or set) for s.
+func encodeDest(w *batchWriter, cmd uint8, s *Service, d *Dest, flags uint16) {
+	start := w.Begin(w.family, flags, w.seq, cmd, ipvsGenlVersion)
 	nest := w.BeginNested(ipvsCmdAttrService)
 	w.serviceKey(s)
 	w.EndNested(nest)

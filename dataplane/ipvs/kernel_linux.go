@@ -103,6 +103,8 @@ func (k *NetlinkKernel) Dump() ([]Service, error) {
 		return nil, fmt.Errorf("listing destinations: %s: %w", procIPVS, err)
 	}
 	out := make([]Service, 0, len(svcs))
+	tr := &tunnelReader{k: k}
+	defer tr.close()
 	for _, s := range svcs {
 		key, err := keyOf(s)
 		if err != nil {
@@ -122,6 +124,12 @@ func (k *NetlinkKernel) Dump() ([]Service, error) {
 			case err != nil:
 				return nil, fmt.Errorf("listing destinations of %s: %w", key, err)
 			}
+		}
+		switch err := tr.fill(key, d); {
+		case errors.Is(err, syscall.ESRCH) || errors.Is(err, syscall.ENOENT):
+			continue // deleted since it was listed
+		case err != nil:
+			return nil, fmt.Errorf("reading the tunnels of %s: %w", key, err)
 		}
 		out = append(out, Service{
 			Key:       key,
@@ -209,12 +217,8 @@ func toMoby(s Service) *mobyipvs.Service {
 }
 
 // toMobyDest converts a destination for moby/ipvs, which cannot express
-// a tunnel's encapsulation: IPIP only (errTunnelEncap otherwise).
-func toMobyDest(d Dest) (*mobyipvs.Destination, error) {
-	if d.Forward.Method == lvs.Tunnel && d.Forward != (lvs.Forward{Method: lvs.Tunnel}) {
-		// Refused: nothing was written, what the applier knows stays true.
-		return nil, Refused{fmt.Errorf("real server %s: %w", d.Addr, errTunnelEncap)}
-	}
+// a tunnel's encapsulation: IPIP only (the others go by writeTunnelDest).
+func toMobyDest(d Dest) *mobyipvs.Destination {
 	m := &mobyipvs.Destination{
 		Address:         net.IP(d.Addr.Addr().AsSlice()),
 		Port:            d.Addr.Port(),
@@ -225,12 +229,8 @@ func toMobyDest(d Dest) (*mobyipvs.Destination, error) {
 	if d.Addr.Addr().Is6() {
 		m.AddressFamily = syscall.AF_INET6
 	}
-	return m, nil
+	return m
 }
-
-// errTunnelEncap refuses a GUE or GRE destination on the one-call path:
-// only the batch writer encodes a tunnel's type, port and flags yet.
-var errTunnelEncap = errors.New("GUE and GRE tunnels cannot be written one destination at a time yet (moby/ipvs has no tunnel attributes)")
 
 func keyService(k lvs.Key) *mobyipvs.Service {
 	return toMoby(Service{Key: k})
@@ -249,24 +249,21 @@ func (k *NetlinkKernel) DeleteService(key lvs.Key) error {
 }
 
 func (k *NetlinkKernel) AddDest(key lvs.Key, d Dest) error {
-	m, err := toMobyDest(d)
-	if err != nil {
-		return err
+	if !plainTunnel(d) {
+		return k.writeTunnelDest(ipvsCmdNewDest, key, d)
 	}
-	return k.h.NewDestination(keyService(key), m)
+	return k.h.NewDestination(keyService(key), toMobyDest(d))
 }
 
 func (k *NetlinkKernel) UpdateDest(key lvs.Key, d Dest) error {
-	m, err := toMobyDest(d)
-	if err != nil {
-		return err
+	if !plainTunnel(d) {
+		return k.writeTunnelDest(ipvsCmdSetDest, key, d)
 	}
-	return k.h.UpdateDestination(keyService(key), m)
+	return k.h.UpdateDestination(keyService(key), toMobyDest(d))
 }
 
 func (k *NetlinkKernel) DeleteDest(key lvs.Key, addr netip.AddrPort) error {
-	m, _ := toMobyDest(Dest{Addr: addr}) // NAT: never refused
-	return k.h.DelDestination(keyService(key), m)
+	return k.h.DelDestination(keyService(key), toMobyDest(Dest{Addr: addr}))
 }
 
 // parseProcIPVS reads /proc/net/ip_vs: destinations by virtual server. A
