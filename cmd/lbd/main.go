@@ -67,6 +67,7 @@ restarts or is upgraded.`,
 		newPlanCommand(),
 		newStatusCommand(),
 		newCleanupCommand(),
+		newRealServerCommand(),
 		newVersionCommand(),
 		newManCommand(),
 	)

@@ -80,8 +80,12 @@ install -m 0644 examples/lbd.toml "$doc/examples/lbd.toml"
 install -m 0644 examples/conf.d/*.toml "$doc/examples/conf.d/"
 install -d "$doc/examples/pair"
 install -m 0644 examples/pair/*.toml "$doc/examples/pair/"
+install -d "$doc/examples/forwarding"
+install -m 0644 examples/forwarding/*.toml "$doc/examples/forwarding/"
 install -m 0644 docs/config-reference.md "$doc/config-reference.md"
 gzip -9n "$doc/config-reference.md"
+install -m 0644 docs/realserver.md "$doc/realserver.md"
+gzip -9n "$doc/realserver.md"
 # Native package: the changelog is changelog.gz, one entry per build.
 commit=$(git rev-parse --short=12 HEAD)
 {
