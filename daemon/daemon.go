@@ -117,6 +117,7 @@ type daemon struct {
 	// haWaiting: the VRRP instances wait for the first applied sync.
 	haWaiting atomic.Bool
 	cs        *connSync // nil without [ha.ipvs_sync]
+	onlink    *onLink   // the direct-routing real servers' link check
 	// wasMaster: this box was master as a planned stop began (written
 	// before the instances stop, read by releaseHA after).
 	wasMaster bool
@@ -215,6 +216,7 @@ func (d *daemon) start(ctx context.Context, cfg *config.Config) {
 	d.dp.OnSync(d.m.ObserveSync)
 	d.dp.OnSync(d.notify.onSync)
 	d.dp.OnSync(d.recordApplied)
+	d.startOnLink(ctx)
 	d.health = healthcheck.New(healthcheck.Options{
 		Logger: d.log,
 		OnChange: func(h map[lvs.HealthKey]bool) {

@@ -31,6 +31,7 @@ func (d *daemon) status() status.Snapshot {
 	s := status.Build(d.opts.Version, time.Now(), d.configStatus(), d.dp.View(), d.ann.Status(), d.health.ByKey())
 	s.Consul = d.consul.status()
 	d.vrrpStatus(&s)
+	s.AddOffLink(d.onlink.Problems())
 	// Connection counts are read now: one read of /proc/net/ip_vs.
 	if dests, err := ipvs.ProcConns(); err == nil {
 		s.AddConns(conns(dests))

@@ -22,6 +22,7 @@ import (
 
 	"github.com/lbdproject/lbd/config"
 	"github.com/lbdproject/lbd/dataplane"
+	"github.com/lbdproject/lbd/dataplane/desired"
 	"github.com/lbdproject/lbd/lvs"
 )
 
@@ -39,6 +40,8 @@ type Metrics struct {
 	services     prometheus.Gauge
 	draining     prometheus.Gauge
 	syncDaemons  prometheus.Gauge
+	forwarding   *prometheus.GaugeVec
+	offLink      prometheus.Gauge
 	configLoads  *prometheus.CounterVec
 	configLast   *prometheus.GaugeVec
 	checkTime    *prometheus.HistogramVec
@@ -110,6 +113,22 @@ func (m *Metrics) registerSync() {
 	})
 	m.reg.MustRegister(m.syncDuration, m.syncLast, m.syncWrites, m.kernelWrites, m.kernelDumps,
 		m.syncErrors, m.syncHeld, m.services, m.draining, m.syncDaemons)
+	m.registerForwarding()
+}
+
+// registerForwarding adds the metrics of the forwarding methods: counts by
+// method, a few series whatever the number of real servers (the method of
+// each one is in lbd status).
+func (m *Metrics) registerForwarding() {
+	m.forwarding = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "lbd_real_servers",
+		Help: "IPVS destinations in the applied state (one per real server and virtual server), by forwarding method: nat, dr, tun.",
+	}, []string{"forward"})
+	m.offLink = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "lbd_real_servers_off_link",
+		Help: "Direct-routing real servers that no connected route of the director covers: packets cannot reach them (see lbd status); kept in service.",
+	})
+	m.reg.MustRegister(m.forwarding, m.offLink)
 }
 
 // registerConfig adds the metrics of configuration loads.
@@ -200,6 +219,33 @@ func (m *Metrics) ObserveSync(r dataplane.SyncResult) {
 		m.syncHeld.Inc()
 	}
 }
+
+// ObserveForwarding counts the destinations of the applied state's
+// services by forwarding method; every method has its series, 0 or not.
+func (m *Metrics) ObserveForwarding(services []desired.Service) {
+	var n [3]int // by lvs.Method: NAT, DR, Tunnel
+	for _, s := range services {
+		if s.Method == lvs.NAT { // a NAT service's destinations are all NAT
+			n[lvs.NAT] += len(s.Dests)
+			continue
+		}
+		for _, d := range s.Dests {
+			if f := d.Forward().Method; int(f) < len(n) {
+				n[f]++
+			}
+		}
+	}
+	for _, l := range []struct {
+		method lvs.Method
+		label  string
+	}{{lvs.NAT, "nat"}, {lvs.DR, "dr"}, {lvs.Tunnel, "tun"}} {
+		m.forwarding.WithLabelValues(l.label).Set(float64(n[l.method]))
+	}
+}
+
+// SetRealServersOffLink sets how many direct-routing real servers are on
+// no link of the director.
+func (m *Metrics) SetRealServersOffLink(n int) { m.offLink.Set(float64(n)) }
 
 // ObserveCheck records one health check.
 func (m *Metrics) ObserveCheck(typ config.CheckType, took time.Duration, err error) {

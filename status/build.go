@@ -69,6 +69,7 @@ func service(svc desired.Service, kernel map[netip.AddrPort]int, health map[lvs.
 	out := Service{
 		Name:          svc.Name,
 		VirtualServer: svc.Key.String(),
+		Forward:       methodWord(svc.Method),
 		Scheduler:     svc.Scheduler,
 		Source:        svc.Source.String(),
 		RealServers:   []RealServer{},
@@ -82,6 +83,7 @@ func service(svc desired.Service, kernel map[netip.AddrPort]int, health map[lvs.
 		out.RealServers = append(out.RealServers, RealServer{
 			Address:      d.Addr.String(),
 			Source:       d.Source().String(),
+			Forward:      ForwardText(d.Forward()),
 			ConfigWeight: d.ConfigWeight(),
 			Weight:       d.Weight,
 			KernelWeight: weightIn(kernel, d.Addr),
@@ -119,4 +121,33 @@ func healthOf(health map[lvs.HealthKey]healthcheck.Status, service string, addr 
 		Check: string(st.Type), Target: st.Target.String(), Healthy: st.Healthy, Since: st.Since,
 		LastCheck: st.LastCheck, LastError: st.LastError,
 	}
+}
+
+// methodWord is how the configuration writes a forwarding method.
+func methodWord(m lvs.Method) string {
+	if m == lvs.Tunnel {
+		return "tun"
+	}
+	return m.String() // nat, dr
+}
+
+// ForwardText renders a real server's forwarding method as status shows
+// it: "" for NAT, "dr", "tun ipip", "tun gue:6080", "tun gue:6080 csum",
+// "tun gre remcsum" (ipvsadm's --tun-csum, --tun-remcsum).
+func ForwardText(f lvs.Forward) string {
+	switch f.Method {
+	case lvs.NAT:
+		return ""
+	case lvs.DR:
+		return "dr"
+	}
+	out := "tun " + f.String() // ipip, gue:PORT, gre
+	switch {
+	case f.Tunnel == lvs.IPIP:
+	case f.Checksum == lvs.Checksummed:
+		out += " csum"
+	case f.Checksum == lvs.RemoteChecksum:
+		out += " remcsum"
+	}
+	return out
 }

@@ -50,24 +50,25 @@ func WriteText(w io.Writer, s Snapshot) error {
 	}
 	b.WriteString("\n")
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "VIRTUAL SERVER / REAL SERVER\tSCHED\tCONFIG\tDESIRED\tKERNEL\tACTIVE\tINACT\tHEALTH\tSOURCE")
+	fmt.Fprintln(tw, "VIRTUAL SERVER / REAL SERVER\tFORWARD\tSCHED\tCONFIG\tDESIRED\tKERNEL\tACTIVE\tINACT\tHEALTH\tSOURCE")
 	for _, svc := range s.Services {
 		sched := svc.Scheduler
 		if svc.Persistence != "" {
 			sched += " " + svc.Persistence
 		}
-		fmt.Fprintf(tw, "%s (%s)\t%s\t\t\t\t\t\t\t%s\n", svc.VirtualServer, svc.Name, sched, svc.Source)
+		fmt.Fprintf(tw, "%s (%s)\t%s\t%s\t\t\t\t\t\t\t%s\n", svc.VirtualServer, svc.Name, svc.Forward, sched, svc.Source)
 		for _, r := range svc.RealServers {
 			kernel := "-"
 			if r.KernelWeight != nil {
 				kernel = strconv.Itoa(*r.KernelWeight)
 			}
-			fmt.Fprintf(tw, "  -> %s\t\t%d\t%d\t%s\t%s\t%s\t%s\t%s\n", r.Address, r.ConfigWeight, r.Weight, kernel, count(r.ActiveConns), count(r.InactiveConns), health(s.Time, r.Health), r.Source)
+			fmt.Fprintf(tw, "  -> %s\t%s\t\t%d\t%d\t%s\t%s\t%s\t%s\t%s\n", r.Address, r.Forward, r.ConfigWeight, r.Weight, kernel, count(r.ActiveConns), count(r.InactiveConns), health(s.Time, r.Health), r.Source)
 		}
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	writeProblems(&b, s.Problems)
 	writeConsul(&b, s.Time, s.Consul)
 	writeVRRP(&b, s.Time, s.VRRP, s.VRRPError)
 	writeSync(&b, s.IPVSSync)
@@ -111,6 +112,16 @@ func health(now time.Time, h *Health) string {
 		out += " (" + h.LastError + ")"
 	}
 	return out
+}
+
+func writeProblems(b *strings.Builder, ps []Problem) {
+	if len(ps) == 0 {
+		return
+	}
+	fmt.Fprintf(b, "\nproblems (%d), none refused or drained:\n", len(ps))
+	for _, p := range ps {
+		fmt.Fprintf(b, "  %s: %s\n", p.Source, p.Message)
+	}
 }
 
 func writeConsul(b *strings.Builder, now time.Time, c *Consul) {

@@ -16,6 +16,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/lbdproject/lbd/dataplane/onlink"
 )
 
 // Snapshot is everything `lbd status` shows. It is JSON on the socket and
@@ -38,6 +40,30 @@ type Snapshot struct {
 	IPVSSync []SyncDaemon `json:"ipvs_sync,omitempty"`
 	// Conntrackd is the conntrackd lbd runs for the pair, if any.
 	Conntrackd *Conntrackd `json:"conntrackd,omitempty"`
+	// Problems are what lbd runs with but the admin should fix: each is
+	// neither refused nor drained.
+	Problems []Problem `json:"problems,omitempty"`
+}
+
+// Problem is one thing lbd found wrong at run time.
+type Problem struct {
+	// Kind names the problem for scripts: "dr_not_on_link" (a
+	// direct-routing real server that no connected route of the director
+	// covers).
+	Kind       string `json:"kind"`
+	Source     string `json:"source"` // file:line, or "consul NODE/ID"
+	Service    string `json:"service"`
+	RealServer string `json:"real_server"`
+	Message    string `json:"message"`
+}
+
+// AddOffLink adds the direct-routing real servers found off every link of
+// the director to the problems.
+func (s *Snapshot) AddOffLink(ps []onlink.Problem) {
+	for _, p := range ps {
+		s.Problems = append(s.Problems, Problem{Kind: "dr_not_on_link", Source: p.Source.String(), Service: p.Service,
+			RealServer: p.Addr.String(), Message: p.String()})
+	}
 }
 
 // Conntrackd is the state of the conntrackd lbd supervises.
@@ -153,18 +179,24 @@ type Sync struct {
 
 // Service is one IPVS virtual server.
 type Service struct {
-	Name          string       `json:"name"`
-	VirtualServer string       `json:"virtual_server"` // 192.0.2.10:80/tcp
-	Scheduler     string       `json:"scheduler"`
-	Persistence   string       `json:"persistence,omitempty"`
-	Source        string       `json:"source"`
-	RealServers   []RealServer `json:"real_servers"`
+	Name          string `json:"name"`
+	VirtualServer string `json:"virtual_server"` // 192.0.2.10:80/tcp
+	// Forward is the service's forwarding method: nat, dr or tun (its
+	// real servers may mix dr and tun).
+	Forward     string       `json:"forward"`
+	Scheduler   string       `json:"scheduler"`
+	Persistence string       `json:"persistence,omitempty"`
+	Source      string       `json:"source"`
+	RealServers []RealServer `json:"real_servers"`
 }
 
 // RealServer is one destination of a virtual server.
 type RealServer struct {
-	Address      string `json:"address"`
-	Source       string `json:"source"`
+	Address string `json:"address"`
+	Source  string `json:"source"`
+	// Forward is the real server's forwarding method, when it is not NAT:
+	// "dr", "tun ipip", "tun gue:6080 csum", "tun gre" (as ForwardText).
+	Forward      string `json:"forward,omitempty"`
 	ConfigWeight int    `json:"config_weight"`
 	Weight       int    `json:"weight"` // desired, after health and quorum
 	// KernelWeight is nil when the kernel does not hold the destination.

@@ -48,11 +48,11 @@ config REJECTED 5s ago; the configuration above stays in force:
   lbd.toml:4:1: port: bad
 sync: 10s ago (requested, 1ms, 2 writes, 1 dumps): ok
 
-VIRTUAL SERVER / REAL SERVER  SCHED                CONFIG  DESIRED  KERNEL  ACTIVE  INACT  HEALTH  SOURCE
-192.0.2.10:80/tcp (web)       wrr persistent 600s                                                  lbd.toml:3:1
-  -> 10.0.0.1:80                                   3       3        3       5       12     -       lbd.toml:8:1
-  -> 10.0.0.2:80                                   1       0        -       -       -      -       lbd.toml:11:1
-  -> 10.0.0.3:80                                   0       0        0       0       1      -       draining: no longer desired
+VIRTUAL SERVER / REAL SERVER  FORWARD  SCHED                CONFIG  DESIRED  KERNEL  ACTIVE  INACT  HEALTH  SOURCE
+192.0.2.10:80/tcp (web)       nat      wrr persistent 600s                                                  lbd.toml:3:1
+  -> 10.0.0.1:80                                            3       3        3       5       12     -       lbd.toml:8:1
+  -> 10.0.0.2:80                                            1       0        -       -       -      -       lbd.toml:11:1
+  -> 10.0.0.3:80                                            0       0        0       0       1      -       draining: no longer desired
 `
 	if b.String() != want {
 		t.Errorf("got:\n%s\nwant:\n%s", b.String(), want)
@@ -74,7 +74,7 @@ config: /etc/lbd/lbd.toml is INVALID (5s ago); nothing is applied and the kernel
   lbd.toml:9:1: vips: bad
 sync: none yet
 
-VIRTUAL SERVER / REAL SERVER  SCHED  CONFIG  DESIRED  KERNEL  ACTIVE  INACT  HEALTH  SOURCE
+VIRTUAL SERVER / REAL SERVER  FORWARD  SCHED  CONFIG  DESIRED  KERNEL  ACTIVE  INACT  HEALTH  SOURCE
 `
 	if b.String() != want {
 		t.Errorf("got:\n%s\nwant:\n%s", b.String(), want)
