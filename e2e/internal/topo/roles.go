@@ -107,7 +107,8 @@ func runSysctl(args []string) error {
 
 // runBackend is a real server: it answers every HTTP request and every UDP
 // datagram with its id and the client address it saw, as one line
-// "id=ID client=IP:PORT". GET /healthz answers "ok". On -push it speaks
+// "id=ID client=IP:PORT". GET /healthz answers "ok"; POST /upload adds
+// " bytes=N", the body's length. On -push it speaks
 // first (servePush).
 func runBackend(args []string) error {
 	fs := flag.NewFlagSet(roleBackend, flag.ContinueOnError)
@@ -134,6 +135,16 @@ func runBackend(args []string) error {
 		mux := http.NewServeMux()
 		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 			_, _ = io.WriteString(w, "ok\n")
+		})
+		// POST /upload reads the whole body: a test of full-size packets
+		// towards the real server (a tunnel's MTU) sees how much arrived.
+		mux.HandleFunc("POST /upload", func(w http.ResponseWriter, r *http.Request) {
+			n, err := io.Copy(io.Discard, r.Body)
+			if err != nil {
+				http.Error(w, err.Error(), http.StatusBadRequest)
+				return
+			}
+			fmt.Fprintf(w, "id=%s client=%s bytes=%d\n", *id, r.RemoteAddr, n)
 		})
 		mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 			fmt.Fprintf(w, "id=%s client=%s\n", *id, r.RemoteAddr)
