@@ -55,6 +55,16 @@ func TestPairBoxDeath(t *testing.T) {
 	if v, err := p.vrrpState(0); err == nil {
 		t.Logf("the dead box's own view: %s (%d transitions)", v.State, v.Transitions)
 	}
+	// In FAULT it gave the VIP up, and with it its connections' conntrack
+	// entries: met stale at a later takeover, they reset connections
+	// (dataplane/conntrack).
+	eventually(t, "the dead box to forget the VIP's conntrack entries", func() error {
+		out := p.tp.Directors[0].MustExec(t, "sh", "-c", "conntrack -L -d "+p.web.Addr().String()+" 2>/dev/null")
+		if n := strings.Count(out, "\n"); n > 0 {
+			return fmt.Errorf("%d entries left:\n%s", n, out)
+		}
+		return nil
+	})
 	// A real box death loses what the dead box had not yet sent to its
 	// peer; these were synced before the cut, so a loss is a figure. Losing
 	// most of them is no longer timing: the backup did not carry them on
