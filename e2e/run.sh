@@ -29,7 +29,7 @@ REPO_DIR=$(cd "$E2E_DIR/.." && pwd)
 readonly E2E_DIR REPO_DIR
 
 # Debian packages the harness needs on the host (VM mode adds QEMU & co).
-readonly HOST_TOOL_PKGS=(iproute2 ipvsadm ipset iptables conntrack nftables kmod strace hping3 keepalived conntrackd)
+readonly HOST_TOOL_PKGS=(iproute2 ipvsadm ipset iptables conntrack nftables kmod strace hping3 keepalived conntrackd apache2-utils)
 readonly VM_PKGS=(qemu-system-x86 busybox-static cpio e2fsprogs)
 
 log() { printf '[e2e] %s\n' "$*" >&2; }

@@ -123,7 +123,7 @@ readonly GUEST_TOOLS=(
 	/usr/sbin/ip /usr/sbin/bridge /usr/bin/ss
 	/usr/sbin/ipvsadm /usr/sbin/ipset /usr/sbin/conntrack /usr/sbin/nft
 	/usr/sbin/xtables-nft-multi /usr/bin/kmod /usr/bin/strace /usr/sbin/hping3
-	/usr/sbin/keepalived /usr/sbin/conntrackd
+	/usr/sbin/keepalived /usr/sbin/conntrackd /usr/bin/ab
 )
 # Names that xtables-nft-multi and kmod answer to.
 readonly XTABLES_NAMES=(

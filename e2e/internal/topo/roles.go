@@ -5,6 +5,7 @@ package topo
 // first, which runs the role and exits. No other binaries are needed.
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -15,6 +16,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -108,7 +110,7 @@ func runSysctl(args []string) error {
 // runBackend is a real server: it answers every HTTP request and every UDP
 // datagram with its id and the client address it saw, as one line
 // "id=ID client=IP:PORT". GET /healthz answers "ok"; POST /upload adds
-// " bytes=N", the body's length. On -push it speaks
+// " bytes=N", the body's length; GET /size/N answers N bytes. On -push it speaks
 // first (servePush).
 func runBackend(args []string) error {
 	fs := flag.NewFlagSet(roleBackend, flag.ContinueOnError)
@@ -145,6 +147,24 @@ func runBackend(args []string) error {
 				return
 			}
 			fmt.Fprintf(w, "id=%s client=%s bytes=%d\n", *id, r.RemoteAddr, n)
+		})
+		// GET /size/N answers N bytes (at most 16 MiB): a fixed response
+		// size for throughput benchmarks.
+		mux.HandleFunc("GET /size/{n}", func(w http.ResponseWriter, r *http.Request) {
+			n, err := strconv.Atoi(r.PathValue("n"))
+			if err != nil || n < 0 || n > 16<<20 {
+				http.Error(w, "size: expected 0..16777216", http.StatusBadRequest)
+				return
+			}
+			w.Header().Set("Content-Length", strconv.Itoa(n))
+			chunk := bytes.Repeat([]byte("x"), min(n, 64<<10))
+			for n > 0 {
+				k, err := w.Write(chunk[:min(n, len(chunk))])
+				if err != nil {
+					return
+				}
+				n -= k
+			}
 		})
 		mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 			fmt.Fprintf(w, "id=%s client=%s\n", *id, r.RemoteAddr)
