@@ -49,18 +49,5 @@ func fouRequest(cmd uint8, port uint16, v6 bool) error {
 	if err := c.Send(e.Encoded()); err != nil {
 		return err
 	}
-	for {
-		b, err := c.Recv()
-		if err != nil {
-			return err
-		}
-		for m := range genl.Messages(b) {
-			if m.Seq == seq && m.Type == unix.NLMSG_ERROR {
-				if e := m.Errno(); e != 0 {
-					return e
-				}
-				return nil
-			}
-		}
-	}
+	return c.ReadAck(seq)
 }

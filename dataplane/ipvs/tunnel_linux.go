@@ -43,20 +43,7 @@ func (k *NetlinkKernel) writeTunnelDest(cmd uint8, key lvs.Key, d Dest) error {
 	if err := w.conn.Send(w.Encoded()); err != nil {
 		return err
 	}
-	for {
-		b, err := w.conn.Recv()
-		if err != nil {
-			return err
-		}
-		for m := range genl.Messages(b) {
-			if m.Seq == w.seq && m.Type == unix.NLMSG_ERROR {
-				if e := m.Errno(); e != 0 {
-					return e
-				}
-				return nil
-			}
-		}
-	}
+	return w.conn.ReadAck(w.seq)
 }
 
 func (k *NetlinkKernel) tunnelSocket() (*batchWriter, error) {
@@ -130,34 +117,17 @@ func (r *tunnelReader) dump(key lvs.Key) (map[netip.AddrPort]lvs.Forward, error)
 		return nil, err
 	}
 	out := map[netip.AddrPort]lvs.Forward{}
-	interrupted := false
-	for {
-		b, err := w.conn.Recv()
-		if err != nil {
-			return nil, err
+	err = w.conn.ReadDump(w.seq, w.family, func(m genl.Message) error {
+		addr, f, err := decodeDestMessage(m.Payload)
+		if err == nil {
+			out[addr] = f
 		}
-		for m := range genl.Messages(b) {
-			if m.Seq != w.seq {
-				continue // a late answer to an earlier request
-			}
-			interrupted = interrupted || m.DumpInterrupted()
-			switch m.Type {
-			case unix.NLMSG_DONE:
-				if interrupted {
-					return nil, genl.ErrDumpInterrupted
-				}
-				return out, nil
-			case unix.NLMSG_ERROR:
-				return nil, m.Errno()
-			case w.family:
-				addr, f, err := decodeDestMessage(m.Payload)
-				if err != nil {
-					return nil, err
-				}
-				out[addr] = f
-			}
-		}
+		return err
+	})
+	if err != nil {
+		return nil, err
 	}
+	return out, nil
 }
 
 // decodeDestMessage reads a destination's address and forwarding from a

@@ -243,20 +243,8 @@ func (k *NetlinkKernel) request() error {
 	if err := k.conn.Send(k.enc.Encoded()); err != nil {
 		return err
 	}
-	for {
-		b, err := k.conn.Recv()
-		if err != nil {
-			return recvError(err)
-		}
-		for m := range genl.Messages(b) {
-			if m.Seq == k.seq && m.Type == unix.NLMSG_ERROR {
-				if e := m.Errno(); e != 0 {
-					return e
-				}
-				return nil
-			}
-		}
-	}
+	// recvError only names a missing answer (EAGAIN after answerWait).
+	return recvError(k.conn.ReadAck(k.seq))
 }
 
 // dump runs one GET_DAEMON dump.
@@ -270,34 +258,17 @@ func (k *NetlinkKernel) dump() ([]Daemon, error) {
 		return nil, err
 	}
 	var out []Daemon
-	interrupted := false
-	for {
-		b, err := k.conn.Recv()
-		if err != nil {
-			return nil, recvError(err)
+	err = k.conn.ReadDump(k.seq, k.family, func(m genl.Message) error {
+		d, err := decodeDaemonMessage(m.Payload)
+		if err == nil {
+			out = append(out, d)
 		}
-		for m := range genl.Messages(b) {
-			if m.Seq != k.seq {
-				continue // a late answer to an earlier request
-			}
-			interrupted = interrupted || m.DumpInterrupted()
-			switch m.Type {
-			case unix.NLMSG_DONE:
-				if interrupted {
-					return nil, genl.ErrDumpInterrupted
-				}
-				return out, nil
-			case unix.NLMSG_ERROR:
-				return nil, m.Errno()
-			case k.family:
-				d, err := decodeDaemonMessage(m.Payload)
-				if err != nil {
-					return nil, err
-				}
-				out = append(out, d)
-			}
-		}
+		return err
+	})
+	if err != nil {
+		return nil, recvError(err)
 	}
+	return out, nil
 }
 
 func recvError(err error) error {
