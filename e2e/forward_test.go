@@ -151,17 +151,7 @@ func TestForwardDR(t *testing.T) {
 		probeOK(t, e.client, topo.HTTP, web, 4)
 	})
 	t.Run("a restart writes nothing", func(t *testing.T) {
-		l.kill(t)
-		mark := len(l.proc.Output())
-		eventually(t, "the restarted lbd's first sync", func() error {
-			if !strings.Contains(sinceLog(l.proc, mark), "kernel already up to date") {
-				return fmt.Errorf("no sync logged yet:\n%s", sinceLog(l.proc, mark))
-			}
-			return nil
-		})
-		if out := sinceLog(l.proc, mark); strings.Contains(out, "sync applied") {
-			t.Errorf("the restarted lbd wrote to the kernel:\n%s", out)
-		}
+		restartWritesNothing(t, l, "")
 		waitIPVS(t, e.dir, "the DR services kept", l.plan(t))
 	})
 }
@@ -317,17 +307,7 @@ real_server = [{ address = "%s" }, { address = "%s" }]
 			if sent > 8 || in == 0 {
 				t.Errorf("the director's frontend sent %d packets during the uploads (IPVS in %d); want the replies to bypass it", sent, in)
 			}
-			l.kill(t)
-			mark := len(l.proc.Output())
-			eventually(t, "the restarted lbd's first sync", func() error {
-				if !strings.Contains(sinceLog(l.proc, mark), "kernel already up to date") {
-					return fmt.Errorf("no sync logged yet:\n%s", sinceLog(l.proc, mark))
-				}
-				return nil
-			})
-			if out := sinceLog(l.proc, mark); strings.Contains(out, "sync applied") {
-				t.Errorf("the restarted lbd wrote to the kernel (the encapsulation not read back?):\n%s", out)
-			}
+			restartWritesNothing(t, l, " (the encapsulation not read back?)")
 		})
 	}
 }
@@ -347,4 +327,21 @@ func (e *fwdEnv) upload(t *testing.T, target netip.AddrPort, size, n int) {
 		}
 	}
 	t.Logf("FIGURE %d uploads of %d bytes through %s arrived whole", n, size, target)
+}
+
+// restartWritesNothing kills lbd, starts it again and checks that its
+// first sync finds the kernel as it wants it; hint adds to the failure.
+func restartWritesNothing(t *testing.T, l *lbd, hint string) {
+	t.Helper()
+	l.kill(t)
+	mark := len(l.proc.Output())
+	eventually(t, "the restarted lbd's first sync", func() error {
+		if !strings.Contains(sinceLog(l.proc, mark), "kernel already up to date") {
+			return fmt.Errorf("no sync logged yet:\n%s", sinceLog(l.proc, mark))
+		}
+		return nil
+	})
+	if out := sinceLog(l.proc, mark); strings.Contains(out, "sync applied") {
+		t.Errorf("the restarted lbd wrote to the kernel%s:\n%s", hint, out)
+	}
 }

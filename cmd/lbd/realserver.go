@@ -90,6 +90,22 @@ func (f *realServerFlags) withKernel(c *cobra.Command, fn func(realserver.Spec, 
 	return fn(s, k)
 }
 
+// withRecord is withKernel with the record of what setup changed: loaded
+// before fn, saved after it (also when fn fails half-way).
+func (f *realServerFlags) withRecord(c *cobra.Command, fn func(realserver.Spec, realserver.Kernel, *realserver.Record) error) error {
+	return f.withKernel(c, func(s realserver.Spec, k realserver.Kernel) error {
+		rec, err := realserver.LoadRecord(f.record)
+		if err != nil {
+			return err
+		}
+		err = fn(s, k, rec)
+		if serr := rec.Save(f.record); serr != nil && err == nil {
+			err = serr
+		}
+		return err
+	})
+}
+
 func newRealServerCommand() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "realserver",
@@ -124,15 +140,8 @@ status 0 when every check passes afterwards, 1 otherwise.`,
 lbd realserver setup --method tun --tunnel gue --gue-port 6080 --vip 198.18.100.1`,
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
-			return f.withKernel(c, func(s realserver.Spec, k realserver.Kernel) error {
-				rec, err := realserver.LoadRecord(f.record)
-				if err != nil {
-					return err
-				}
+			return f.withRecord(c, func(s realserver.Spec, k realserver.Kernel, rec *realserver.Record) error {
 				res, err := realserver.Setup(k, s, rec)
-				if serr := rec.Save(f.record); serr != nil && err == nil {
-					err = serr
-				}
 				out := c.OutOrStdout()
 				for _, a := range res.Done {
 					fmt.Fprintln(out, "done:", a.Command())
@@ -193,15 +202,8 @@ left it (as --record says). Modules stay loaded and lo stays up.`,
 		Example: `lbd realserver undo --method dr --vip 198.18.100.1`,
 		Args:    cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
-			return f.withKernel(c, func(s realserver.Spec, k realserver.Kernel) error {
-				rec, err := realserver.LoadRecord(f.record)
-				if err != nil {
-					return err
-				}
+			return f.withRecord(c, func(s realserver.Spec, k realserver.Kernel, rec *realserver.Record) error {
 				u, err := realserver.Undo(k, s, rec)
-				if serr := rec.Save(f.record); serr != nil && err == nil {
-					err = serr
-				}
 				for _, a := range u.Done {
 					fmt.Fprintln(c.OutOrStdout(), "done:", a.Command())
 				}
