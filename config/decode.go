@@ -203,6 +203,7 @@ func decodeService(n *node) Service {
 	decodeServiceConsul(n, &s)
 	decodeQuorum(n, &s)
 	checkForward(n, &s)
+	checkFWMark(n, &s)
 	recordPositions(n, &s, vipKeys)
 	n.finish()
 	return s
@@ -236,6 +237,10 @@ func decodeProtocol(n *node, s *Service) {
 func decodeVIPsAndPorts(n *node, s *Service) (vipKeys []string) {
 	s.VIPs, vipKeys = n.addrs("vips")
 	decodeVIPs(n, s, vipKeys)
+	if n.has("fwmark") {
+		decodeFWMark(n, s)
+		return vipKeys
+	}
 	n.port("port", &s.Port)
 	n.port("node_port", &s.NodePort)
 	switch {
@@ -317,6 +322,9 @@ func recordPositions(n *node, s *Service, vipKeys []string) {
 	}
 	if s.SorryServer != nil {
 		s.sorryPos = n.pos("sorry_server")
+	}
+	if s.FWMark != 0 {
+		s.fwmarkPos = n.pos("fwmark")
 	}
 	if len(s.VIPs) > 0 {
 		s.vipPos = make([]Pos, len(s.VIPs))
@@ -439,7 +447,10 @@ func decodeRealServer(n *node, s *Service, check *HealthCheck, w written) RealSe
 	if !n.addr("address", &r.Address) && !n.has("address") {
 		n.errorf("", "real server has no address; expected address = \"10.0.0.11\" (or similar)")
 	}
-	if !n.port("port", &r.Port) && !n.has("port") && r.Port == 0 {
+	switch {
+	case s.FWMark != 0:
+		decodeFWMarkRealServerPort(n, &r)
+	case !n.port("port", &r.Port) && !n.has("port") && r.Port == 0:
 		n.errorf("", "real server has no port and service %q has none to inherit (NodePort-only); expected port = 1..65535", s.Name)
 	}
 	n.integer("weight", &r.Weight, 0, 65535)
@@ -519,8 +530,14 @@ func decodeQuorum(n *node, s *Service) {
 	var ss string
 	if n.str("sorry_server", &ss) {
 		ap, err := netip.ParseAddrPort(ss)
+		fwOK := false
+		if s.FWMark != 0 {
+			ap, fwOK = parseFWMarkSorry(ss)
+		}
 		switch {
-		case err != nil || ap.Port() == 0:
+		case s.FWMark != 0 && !fwOK:
+			n.errorf("sorry_server", "%q: a firewall-mark service's sorry server takes the packet's own port, as its real servers; expected an address, such as \"10.0.0.99\"", ss)
+		case s.FWMark == 0 && (err != nil || ap.Port() == 0):
 			n.errorf("sorry_server", "%q is not ADDRESS:PORT; expected one such as \"10.0.0.99:8080\" or \"[2001:db8::99]:8080\"", ss)
 		case family(ap.Addr()) != s.Family():
 			n.errorf("sorry_server", "%s is IPv%d but the service is IPv%d; expected a sorry server of the service's family", ap.Addr(), family(ap.Addr()), s.Family())

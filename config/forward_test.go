@@ -131,7 +131,8 @@ func TestForwardConsul(t *testing.T) {
 	}
 }
 
-// TestForwardExamples loads the annotated examples of DR and tunnels.
+// TestForwardExamples loads the annotated examples of DR, tunnels and
+// firewall-mark services.
 func TestForwardExamples(t *testing.T) {
 	for _, tt := range []struct {
 		path string
@@ -139,6 +140,7 @@ func TestForwardExamples(t *testing.T) {
 	}{
 		{"../examples/forwarding/dr.toml", map[lvs.Method]int{lvs.DR: 5}},
 		{"../examples/forwarding/tunnel.toml", map[lvs.Method]int{lvs.Tunnel: 4, lvs.DR: 1}},
+		{"../examples/forwarding/fwmark.toml", map[lvs.Method]int{lvs.NAT: 4, lvs.DR: 2}},
 	} {
 		t.Run(tt.path, func(t *testing.T) {
 			cfg, err := Load(tt.path)

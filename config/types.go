@@ -217,15 +217,25 @@ const (
 )
 
 // Service is a virtual service: one or more VIPs sharing a port, protocol,
-// scheduler and set of real servers. Each VIP becomes one IPVS virtual server.
+// scheduler and set of real servers. Each VIP becomes one IPVS virtual
+// server; a firewall-mark service is one virtual server in all.
 type Service struct {
 	Name     string
 	VIPs     []netip.Addr
-	Port     uint16 // 0 when the service has only a NodePort
+	Port     uint16 // 0 when the service has only a NodePort, or a firewall mark
 	Protocol lvs.Protocol
 	// NodePort makes the service reachable at every node address on this
 	// port (NodePort-like); 0 disables it.
 	NodePort uint16
+	// FWMark keys the service by a firewall mark instead of VIP:port
+	// (keepalived's virtual_server fwmark): one IPVS virtual server of
+	// the service's family takes the packets whose whole mark is FWMark.
+	// 0 for a VIP:port service.
+	FWMark uint32
+	// MarkPorts are the ports (of Protocol) that lbd marks with FWMark on
+	// each of VIPs; none when the admin's own rules mark the packets
+	// (then the service has no VIPs either).
+	MarkPorts []PortRange
 
 	Scheduler      string
 	SchedulerFlags []string
@@ -274,10 +284,13 @@ type Service struct {
 	Pos Pos
 	// path and the positions below locate the keys that checks across
 	// services point at: name, node_port (when set) and each of vips.
-	path                           string
-	namePos, nodePortPos, sorryPos Pos
-	vipPos                         []Pos
-	vipKeys                        []string // vips[i] of each of VIPs
+	path                                      string
+	namePos, nodePortPos, sorryPos, fwmarkPos Pos
+	vipPos                                    []Pos
+	vipKeys                                   []string // vips[i] of each of VIPs
+	// family is a firewall-mark service's written family (4 or 6), 0
+	// when its VIPs or real servers tell it.
+	family int
 }
 
 // at returns the position of one of the keys "name", "node_port" and
@@ -290,6 +303,8 @@ func (s *Service) at(key string) Pos {
 		p = s.namePos
 	case key == "node_port":
 		p = s.nodePortPos
+	case key == "fwmark":
+		p = s.fwmarkPos
 	default:
 		if i := slices.Index(s.vipKeys, key); i >= 0 && i < len(s.vipPos) {
 			p = s.vipPos[i]
@@ -311,7 +326,8 @@ func (s *Service) vipKey(i int) string {
 }
 
 // Family returns 4 or 6: the address family of the service's VIPs, or of
-// its real servers for a NodePort-only service.
+// its real servers for a NodePort-only service (a firewall-mark one's
+// written family first).
 func (s *Service) Family() int {
 	if f := s.knownFamily(); f != 0 {
 		return f
@@ -321,6 +337,9 @@ func (s *Service) Family() int {
 
 // knownFamily is Family, or 0 while nothing tells it yet.
 func (s *Service) knownFamily() int {
+	if s.family != 0 {
+		return s.family
+	}
 	for _, v := range s.VIPs {
 		return family(v)
 	}
@@ -453,7 +472,7 @@ func (s *Service) Same(o *Service) bool {
 
 func (s *Service) withoutProvenance() Service {
 	c := *s
-	c.Pos, c.path, c.namePos, c.nodePortPos, c.sorryPos, c.vipPos, c.vipKeys = Pos{}, "", Pos{}, Pos{}, Pos{}, nil, nil
+	c.Pos, c.path, c.namePos, c.nodePortPos, c.sorryPos, c.fwmarkPos, c.vipPos, c.vipKeys = Pos{}, "", Pos{}, Pos{}, Pos{}, Pos{}, nil, nil
 	// The service and its real servers share checks: clear each distinct
 	// one once.
 	checks := map[*HealthCheck]*HealthCheck{}

@@ -53,7 +53,17 @@ func validate(cfg *Config, sink *errorSink, globalsOK bool) {
 			names[s.Name] = s.at("name")
 		}
 		for j, v := range s.VIPs {
-			claimOnce(i, what{netip.AddrPortFrom(v, s.Port), s.Protocol}, s.vipKey(j))
+			if s.FWMark == 0 {
+				claimOnce(i, what{netip.AddrPortFrom(v, s.Port), s.Protocol}, s.vipKey(j))
+				continue
+			}
+			// What lbd marks is claimed port by port: a VIP:port in two
+			// services, marked or not, would be ambiguous.
+			for _, r := range s.MarkPorts {
+				for p := int(r.First); p <= int(r.Last); p++ {
+					claimOnce(i, what{netip.AddrPortFrom(v, uint16(p)), s.Protocol}, s.vipKey(j))
+				}
+			}
 		}
 		if s.NodePort == 0 {
 			continue
@@ -70,6 +80,7 @@ func validate(cfg *Config, sink *errorSink, globalsOK bool) {
 			add(s, "node_port", "%d is outside node_port_range %d-%d; expected a port inside it", s.NodePort, d.NodePortMin, d.NodePortMax)
 		}
 	}
+	validateFWMarks(cfg, sink, globalsOK)
 	refuseVIPsAsRealServers(cfg, sink)
 	validateVRRP(cfg, sink, globalsOK)
 	validateHA(cfg, sink, globalsOK)

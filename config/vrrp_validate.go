@@ -91,6 +91,8 @@ func checkVRRPServices(cfg *Config, problem vrrpProblem) (carried map[string]int
 			switch {
 			case !ok:
 				problem(&v.prov, v.Pos, key, "no service is named %q in the files; expected the name of a [[service]], or services = [\"*\"] for every service (Consul-defined ones included)", name)
+			case len(s.VIPs) == 0 && s.FWMark != 0:
+				problem(&v.prov, v.Pos, key, "service %q has no VIPs (your own rules mark its packets): nothing of it moves; expected a service with vips, or the addresses your rules match as the instance's floating addresses", name)
 			case len(s.VIPs) == 0:
 				problem(&v.prov, v.Pos, key, "service %q has no VIPs (it is NodePort-like only): nothing of it moves; expected a service with vips", name)
 			}

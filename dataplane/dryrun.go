@@ -129,7 +129,11 @@ func (d *DryRunSets) Dump(set func(name string, t desired.SetType, family int) f
 }
 
 func (d *DryRunSets) Create(s desired.SetSpec) error {
-	d.Ops = append(d.Ops, fmt.Sprintf("+ ipset create %s %s", s.Name, s.Type))
+	op := fmt.Sprintf("+ ipset create %s %s", s.Name, s.Type)
+	if s.SkbInfo {
+		op += " skbinfo" // its entries carry firewall marks
+	}
+	d.Ops = append(d.Ops, op)
 	return nil
 }
 

@@ -66,6 +66,9 @@ type Service struct {
 	// not create (the service's adopt); without it such a one is foreign
 	// and left alone.
 	Adopt bool
+	// Marked is what lbd marks for a firewall-mark virtual server; nil
+	// for others, and for one whose packets the admin's rules mark.
+	Marked *Marked
 }
 
 // Dest is one IPVS destination, in 48 bytes: a State holds one per real
@@ -255,21 +258,15 @@ func Compute(in Input) State {
 	st.VIPs = vips(services, in.Prev, in.Serving)
 	st.NodeAddrs = nodeAddrs(in.Config, in.HostAddrs, st.VIPs)
 	st.sets = setInputs{hostAddrs: in.HostAddrs, localNets: in.Config.Dataplane.LocalNetworks, rsNets: in.Config.Dataplane.RealServerNetworks}
-	n := 0 // virtual servers: sized once, not grown by doubling
-	for i := range services {
-		n += len(services[i].VIPs)
-		if services[i].NodePort != 0 {
-			n += len(st.NodeAddrs)
-		}
-	}
-	st.Services = make([]Service, 0, n)
+	// Sized once, not grown by doubling.
+	st.Services = make([]Service, 0, virtualServers(services, len(st.NodeAddrs)))
 	st.memo, st.healthVersion = make(map[string]*destMemo, len(services)), in.HealthVersion
 	memos := make([]destMemo, 0, len(services)) // one allocation; never grows
 	var scratch destScratch
 	var hint int // where in Prev the next service probably is
 	for i := range services {
 		s := &services[i]
-		if len(s.VIPs) == 0 && (s.NodePort == 0 || len(st.NodeAddrs) == 0) {
+		if len(s.VIPs) == 0 && s.FWMark == 0 && (s.NodePort == 0 || len(st.NodeAddrs) == 0) {
 			continue
 		}
 		discovered := in.Discovered[s.Name]
@@ -290,10 +287,15 @@ func Compute(in Input) State {
 			st.Services = append(st.Services, vs)
 		}
 		for _, vip := range s.VIPs {
-			add(vip, s.Port, false)
+			if s.FWMark == 0 {
+				add(vip, s.Port, false)
+			}
 			if s.Announce == config.AnnounceARP && in.Serving.Serves(vip) {
 				st.Announce[s.AnnounceInterface] = append(st.Announce[s.AnnounceInterface], vip)
 			}
+		}
+		if s.FWMark != 0 {
+			st.Services = append(st.Services, markServer(s, dests, healthy))
 		}
 		if s.NodePort == 0 {
 			continue
@@ -315,6 +317,25 @@ func Compute(in Input) State {
 		st.Announce[iface] = slices.Compact(as)
 	}
 	return st
+}
+
+// virtualServers counts the services' virtual servers: one per VIP, or
+// one for a firewall-mark service, and one per node address of its
+// family (at most nodeAddrs) for a node port.
+func virtualServers(services []config.Service, nodeAddrs int) int {
+	n := 0
+	for i := range services {
+		s := &services[i]
+		if s.FWMark != 0 {
+			n++
+		} else {
+			n += len(s.VIPs)
+		}
+		if s.NodePort != 0 {
+			n += nodeAddrs
+		}
+	}
+	return n
 }
 
 // vips returns the services' VIPs that serving serves, sorted and without
@@ -361,6 +382,8 @@ func reuse(dests []Dest, prev *State, s *config.Service, hint int) ([]Dest, int)
 func (st *State) lookupDests(s *config.Service, hint int) ([]Dest, int) {
 	var k lvs.Key
 	switch {
+	case s.FWMark != 0:
+		k = markKey(s)
 	case len(s.VIPs) > 0:
 		k = lvs.Key{Addr: s.VIPs[0], Port: s.Port, Protocol: s.Protocol}
 	default:
@@ -376,6 +399,9 @@ func (st *State) lookupDests(s *config.Service, hint int) ([]Dest, int) {
 	}
 	if !ok || st.Services[i].Name != s.Name {
 		return nil, hint
+	}
+	if s.FWMark != 0 {
+		return st.Services[i].Dests, i
 	}
 	return st.Services[i].Dests, i + len(s.VIPs) - 1
 }

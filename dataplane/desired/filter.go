@@ -29,6 +29,10 @@ type SetSpec struct {
 	Type    SetType
 	Family  int // 4 or 6
 	Comment string
+	// SkbInfo gives each entry a firewall mark (ipset's skbinfo
+	// extension, SetEntry.Mark) that `-j SET --map-set ... --map-mark`
+	// puts on the packets the entry matches.
+	SkbInfo bool
 }
 
 // Set roles; the name of a role's set is SetName(role, family).
@@ -45,6 +49,7 @@ const (
 	SetSrcRanges = "SRC-RANGES" // vip,proto:port,cidr allowed to a firewalled service
 	SetSrcIPs    = "SRC-IPS"    // vip,proto:port,own-address: the director may reach it
 	SetNoTrack   = "NOTRACK"    // VIP,proto:port of DR and tunnel services: conntrack skips them
+	SetFWMark    = "FWMARK"     // VIP,proto:port skbmark N: lbd marks the packets of firewall-mark services
 )
 
 // SetName returns the name of the role's set for a family: LBD-X for IPv4,
@@ -72,6 +77,7 @@ const (
 	roleSrcRanges
 	roleSrcIPs
 	roleNoTrack
+	roleFWMark
 	numRoles
 )
 
@@ -80,19 +86,21 @@ var roles = [numRoles]struct {
 	name    string
 	typ     SetType
 	comment string
+	skbinfo bool
 }{
-	{SetServices, HashIPPort, "VIP and node-address ports lbd serves"},
-	{SetVIPs, HashIP, "lbd VIPs"},
-	{SetMasqAll, HashIPPort, "services with snat always"},
-	{SetMasqAuto, HashIPPort, "services with snat auto"},
-	{SetLocalNets, HashNet, "local networks (no SNAT with snat auto)"},
-	{SetRSNets, HashNet, "real server networks (always SNAT)"},
-	{SetLoopback, HashIPPortIP, "hairpin: real server to itself via its VIP"},
-	{SetNodePorts, HashIPPort, "NodePort-like node-address ports"},
-	{SetFirewall, HashIPPort, "services with source ranges"},
-	{SetSrcRanges, HashIPPortNT, "source ranges allowed per service"},
-	{SetSrcIPs, HashIPPortIP, "director addresses allowed to firewalled services"},
-	{SetNoTrack, HashIPPort, "DR and tunnel VIP ports (not tracked)"},
+	{SetServices, HashIPPort, "VIP and node-address ports lbd serves", false},
+	{SetVIPs, HashIP, "lbd VIPs", false},
+	{SetMasqAll, HashIPPort, "services with snat always", false},
+	{SetMasqAuto, HashIPPort, "services with snat auto", false},
+	{SetLocalNets, HashNet, "local networks (no SNAT with snat auto)", false},
+	{SetRSNets, HashNet, "real server networks (always SNAT)", false},
+	{SetLoopback, HashIPPortIP, "hairpin: real server to itself via its VIP", false},
+	{SetNodePorts, HashIPPort, "NodePort-like node-address ports", false},
+	{SetFirewall, HashIPPort, "services with source ranges", false},
+	{SetSrcRanges, HashIPPortNT, "source ranges allowed per service", false},
+	{SetSrcIPs, HashIPPortIP, "director addresses allowed to firewalled services", false},
+	{SetNoTrack, HashIPPort, "DR and tunnel VIP ports (not tracked)", false},
+	{SetFWMark, HashIPPort, "VIP ports marked for firewall-mark services", true},
 }
 
 // SetID numbers lbd's sets: the IPv4 sets first, then the IPv6 ones, in
@@ -115,7 +123,7 @@ func (id SetID) Spec() SetSpec {
 	if id >= SetID(numRoles) {
 		fam = 6
 	}
-	return SetSpec{Name: SetName(roles[r].name, fam), Type: roles[r].typ, Family: fam, Comment: roles[r].comment}
+	return SetSpec{Name: SetName(roles[r].name, fam), Type: roles[r].typ, Family: fam, Comment: roles[r].comment, SkbInfo: roles[r].skbinfo}
 }
 
 // SetSpecs returns every set lbd owns, indexed by SetID.
@@ -133,8 +141,12 @@ type SetEntry struct {
 	IP    netip.Addr
 	Proto lvs.Protocol
 	Port  uint16
-	IP2   netip.Addr
-	Net   netip.Prefix
+	// Mark is the firewall mark an entry of a SkbInfo set gives the
+	// packets it matches (ipset's skbmark, with a full mask); 0 in other
+	// sets.
+	Mark uint32
+	IP2  netip.Addr
+	Net  netip.Prefix
 }
 
 // String renders the entry as the ipset command line does.
@@ -155,6 +167,9 @@ func (e SetEntry) String() string {
 	case e.Net.IsValid():
 		parts = append(parts, e.Net.String())
 	}
+	if e.Mark != 0 {
+		return fmt.Sprintf("%s skbmark %#x", strings.Join(parts, ","), e.Mark)
+	}
 	return strings.Join(parts, ",")
 }
 
@@ -165,6 +180,7 @@ func (e SetEntry) Compare(o SetEntry) int {
 		e.IP.Compare(o.IP),
 		cmp.Compare(e.Proto, o.Proto),
 		cmp.Compare(e.Port, o.Port),
+		cmp.Compare(e.Mark, o.Mark),
 		e.IP2.Compare(o.IP2),
 		e.Net.Addr().Compare(o.Net.Addr()),
 		cmp.Compare(e.Net.Bits(), o.Net.Bits()),
@@ -219,6 +235,9 @@ func (st *State) AppendGlobalMembers(buf []Member) []Member {
 // stored: at 10,000 services they are ~200,000 entries.
 func (st *State) AppendMembers(buf []Member, vs *Service) []Member {
 	k := vs.Key
+	if k.IsFWMark() {
+		return st.appendMarkMembers(buf, vs)
+	}
 	e := SetEntry{IP: k.Addr, Proto: k.Protocol, Port: k.Port}
 	buf = append(buf, member(roleServices, e))
 	if vs.NodePort {
@@ -250,21 +269,27 @@ func (st *State) AppendMembers(buf []Member, vs *Service) []Member {
 			buf = append(buf, member(roleRSNets, SetEntry{Net: netip.PrefixFrom(a, a.BitLen())}))
 		}
 	}
-	if len(vs.SourceRanges) == 0 {
+	return st.appendFirewall(buf, e, vs.SourceRanges)
+}
+
+// appendFirewall appends the members that restrict VIP,proto:port e to
+// the source ranges, if any.
+func (st *State) appendFirewall(buf []Member, e SetEntry, ranges []netip.Prefix) []Member {
+	if len(ranges) == 0 {
 		return buf
 	}
 	buf = append(buf, member(roleFirewall, e))
-	for _, p := range vs.SourceRanges {
-		buf = append(buf, member(roleSrcRanges, SetEntry{IP: k.Addr, Proto: k.Protocol, Port: k.Port, Net: p}))
+	for _, p := range ranges {
+		buf = append(buf, member(roleSrcRanges, SetEntry{IP: e.IP, Proto: e.Proto, Port: e.Port, Net: p}))
 	}
 	// The director itself may always reach the service: from the VIP (the
 	// source the kernel picks for a local destination) and from the box's
 	// own addresses (lbd's dummy interface's are not among them: they are
 	// the VIPs, thousands maybe, and each would be an entry per service).
-	buf = append(buf, member(roleSrcIPs, SetEntry{IP: k.Addr, Proto: k.Protocol, Port: k.Port, IP2: k.Addr}))
+	buf = append(buf, member(roleSrcIPs, SetEntry{IP: e.IP, Proto: e.Proto, Port: e.Port, IP2: e.IP}))
 	for _, a := range st.sets.hostAddrs {
-		if a.Is4() == k.Addr.Is4() && a != k.Addr {
-			buf = append(buf, member(roleSrcIPs, SetEntry{IP: k.Addr, Proto: k.Protocol, Port: k.Port, IP2: a}))
+		if a.Is4() == e.IP.Is4() && a != e.IP {
+			buf = append(buf, member(roleSrcIPs, SetEntry{IP: e.IP, Proto: e.Proto, Port: e.Port, IP2: a}))
 		}
 	}
 	return buf
@@ -274,7 +299,7 @@ func (st *State) AppendMembers(buf []Member, vs *Service) []Member {
 // the same set members, given the same set inputs.
 func SameMembers(a, b *Service) bool {
 	if a.Key != b.Key || a.SNAT != b.SNAT || a.NodePort != b.NodePort || a.Method != b.Method || len(a.Dests) != len(b.Dests) ||
-		!slices.Equal(a.SourceRanges, b.SourceRanges) {
+		!slices.Equal(a.SourceRanges, b.SourceRanges) || !a.Marked.equal(b.Marked) {
 		return false
 	}
 	if len(a.Dests) == 0 || &a.Dests[0] == &b.Dests[0] {

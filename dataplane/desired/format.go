@@ -133,6 +133,9 @@ func WritePlan(w io.Writer, st State, cfg *config.Config) error {
 		if spec.Family == 6 {
 			fam = "inet6"
 		}
+		if spec.SkbInfo {
+			fam += " skbinfo"
+		}
 		fmt.Fprintf(w, "create %s %s family %s\n", spec.Name, spec.Type, fam)
 		for _, e := range slices.SortedFunc(slices.Values(sets[spec.Name]), SetEntry.Compare) {
 			fmt.Fprintf(w, "add %s %s\n", spec.Name, e)

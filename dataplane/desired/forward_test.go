@@ -129,11 +129,11 @@ func TestDirectRules(t *testing.T) {
 		masqRS, raw            string
 		unserved4, unservedAny string
 	}{
-		{4, "-A LBD-SERVICES -m set --match-set LBD-SERVICES dst,dst -m set ! --match-set LBD-NOTRACK dst,dst -m set --match-set LBD-RS-NETS src -j LBD-MARK-MASQ",
+		{4, "-A LBD-SERVICES -m set --match-set LBD-SERVICES dst,dst -m set ! --match-set LBD-NOTRACK dst,dst -m set ! --match-set LBD-FWMARK dst,dst -m set --match-set LBD-RS-NETS src -j LBD-MARK-MASQ",
 			"*raw\n:LBD-PREROUTING - [0:0]\n-A LBD-PREROUTING -m set --match-set LBD-NOTRACK dst,dst -j CT --notrack\nCOMMIT\n",
 			"-A LBD-INPUT -p tcp -m conntrack --ctstate NEW -m set --match-set LBD-VIPS dst -j REJECT --reject-with tcp-reset",
 			"-A LBD-INPUT -m conntrack --ctstate NEW -m set --match-set LBD-VIPS dst -j REJECT --reject-with icmp-port-unreachable"},
-		{6, "-A LBD-SERVICES -m set --match-set LBD6-SERVICES dst,dst -m set ! --match-set LBD6-NOTRACK dst,dst -m set --match-set LBD6-RS-NETS src -j LBD-MARK-MASQ",
+		{6, "-A LBD-SERVICES -m set --match-set LBD6-SERVICES dst,dst -m set ! --match-set LBD6-NOTRACK dst,dst -m set ! --match-set LBD6-FWMARK dst,dst -m set --match-set LBD6-RS-NETS src -j LBD-MARK-MASQ",
 			"*raw\n:LBD-PREROUTING - [0:0]\n-A LBD-PREROUTING -m set --match-set LBD6-NOTRACK dst,dst -j CT --notrack\nCOMMIT\n",
 			"-A LBD-INPUT -p tcp -m conntrack --ctstate NEW -m set --match-set LBD6-VIPS dst -j REJECT --reject-with tcp-reset",
 			"-A LBD-INPUT -m conntrack --ctstate NEW -m set --match-set LBD6-VIPS dst -j REJECT --reject-with icmp6-port-unreachable"},
@@ -150,7 +150,7 @@ func TestDirectRules(t *testing.T) {
 		}
 		// The one rule that marks for masquerading by a set DR and tunnel
 		// services are in (the others' sets never hold them) excludes
-		// the NOTRACK set.
+		// the NOTRACK set (and what lbd marks for firewall-mark services).
 		var bySet []string
 		for _, r := range tables["nat"].Rules {
 			if strings.HasSuffix(r, "-j LBD-MARK-MASQ") && strings.Contains(r, "--match-set "+SetName(SetServices, tt.family)+" ") {

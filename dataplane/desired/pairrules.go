@@ -13,10 +13,12 @@ import (
 // LBD-INPUT also accepts its VRRP adverts, its IPVS connection sync and
 // conntrackd's replication ahead of a host firewall that would drop them
 // (both boxes would become master; the standby would learn no
-// connection); and with conntrackd, masqueraded connections leaving by
-// the inside link are SNATed to its floating address.
+// connection); with conntrackd, masqueraded connections leaving by
+// the inside link are SNATed to its floating address; and the mangle
+// table that marks packets for firewall-mark services (always there,
+// fixed), with the masquerading of each NAT one (fwmarkTables).
 func TablesFor(cfg *config.Config, family int) []Table {
-	ts := Tables(cfg.Dataplane, family)
+	ts := fwmarkTables(cfg, family, Tables(cfg.Dataplane, family))
 	extra := pairRules(cfg, family)
 	for i := range ts {
 		switch {

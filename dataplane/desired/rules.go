@@ -66,8 +66,10 @@ func Tables(dp config.Dataplane, family int) []Table {
 			// Real server A -> VIP -> real server B on one flat network:
 			// without SNAT, B would answer A directly. Not for DR and
 			// tunnels, whose real servers answer everyone directly (their
-			// packets are NOTRACK and skip this table anyway).
-			"-A LBD-SERVICES -m set --match-set " + set(SetServices) + " dst,dst -m set ! --match-set " + set(SetNoTrack) + " dst,dst -m set --match-set " + set(SetRSNets) + " src -j LBD-MARK-MASQ",
+			// packets are NOTRACK and skip this table anyway), nor for
+			// what lbd marks for firewall-mark services: IPVS matches the
+			// whole mark, so theirs is decided after IPVS (fwmarkTables).
+			"-A LBD-SERVICES -m set --match-set " + set(SetServices) + " dst,dst -m set ! --match-set " + set(SetNoTrack) + " dst,dst -m set ! --match-set " + set(SetFWMark) + " dst,dst -m set --match-set " + set(SetRSNets) + " src -j LBD-MARK-MASQ",
 			"-A LBD-MARK-MASQ -j MARK --set-xmark " + markMask, // --or-mark
 			// A real server reaching itself through its VIP (hairpin).
 			"-A LBD-POSTROUTING -m set --match-set " + set(SetLoopback) + " dst,dst,src -j MASQUERADE",

@@ -8,6 +8,7 @@ package ipset
 import (
 	"bytes"
 	"cmp"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -24,8 +25,9 @@ import (
 // Kernel is the kernel's ipsets.
 type Kernel interface {
 	// Dump lists lbd's sets (at least those IsLBD names) without holding
-	// the sets in memory: it calls set with each one's name, type and
-	// family (4 or 6), then the function set returned for it, unless nil,
+	// the sets in memory: it calls set with each one's name, type (as
+	// ListedType gives it) and family (4 or 6), then the function set
+	// returned for it, unless nil,
 	// with each of that set's entries. The callbacks must not call back
 	// into the Kernel. A dump the kernel flags as interrupted by a
 	// concurrent change returns an error that is genl.ErrDumpInterrupted,
@@ -52,6 +54,19 @@ type Op struct {
 	Entry desired.SetEntry
 	Del   bool
 }
+
+// ListedType is how Kernel.Dump reports the type of a set of spec: its
+// type, then " skbinfo" when the set has that extension (`ipset list`
+// shows it in the set's header). A set of lbd's name that lacks the
+// extension lbd needs, or has one it does not, is of the wrong type.
+func ListedType(spec desired.SetSpec) desired.SetType {
+	if spec.SkbInfo {
+		return spec.Type + skbinfoSuffix
+	}
+	return spec.Type
+}
+
+const skbinfoSuffix = " skbinfo"
 
 // IsLBD reports whether a set name is lbd's: one of the fixed names of
 // desired.SetSpecs. Another set, even one named LBD-something (an admin's
@@ -198,10 +213,13 @@ func (a *Applier) write(adds, dels []key, stats *Stats) error {
 	if batched {
 		ops = make([]Op, 0, min(writeChunk, len(adds)+len(dels)))
 	}
+	// A mark set holds an element once whatever its mark: an entry whose
+	// mark changes is deleted before its new form is added.
+	first, dels := splitMarked(dels)
 	for _, w := range []struct {
 		keys []key
 		del  bool
-	}{{adds, false}, {dels, true}} {
+	}{{first, true}, {adds, false}, {dels, true}} {
 		if !batched {
 			for _, k := range w.keys {
 				name, e := k.set.Spec().Name, k.entry()
@@ -306,7 +324,7 @@ func (a *Applier) dump(count map[key]int32, d *dumped) error {
 			return nil
 		}
 		d.found[id], d.got[id] = true, t
-		if spec := id.Spec(); t != spec.Type || family != spec.Family {
+		if spec := id.Spec(); t != ListedType(spec) || family != spec.Family {
 			d.wrong[id] = true
 			return nil
 		}
@@ -337,7 +355,7 @@ func (a *Applier) ensureSets(d *dumped, stats *Stats) (usable [desired.NumSets]b
 		if ok && d.wrong[id] {
 			stats.Writes++
 			if err := a.k.Destroy(spec.Name); err != nil {
-				return usable, errs, fmt.Errorf("replacing ipset %s (%s, want %s): %w", spec.Name, d.got[id], spec.Type, err)
+				return usable, errs, fmt.Errorf("replacing ipset %s (%s, want %s): %w", spec.Name, d.got[id], ListedType(spec), err)
 			}
 			ok = false
 		}
@@ -392,11 +410,25 @@ func (a *Applier) Counts() map[string]int {
 	return out
 }
 
+// splitMarked returns the keys of skbinfo sets among dels, and the others.
+func splitMarked(dels []key) (marked, rest []key) {
+	for _, k := range dels {
+		if k.set.Spec().SkbInfo {
+			marked = append(marked, k)
+		} else {
+			rest = append(rest, k)
+		}
+	}
+	return marked, rest
+}
+
 // key is a member in 40 bytes instead of 112: the applier keeps one per
 // entry of lbd's sets (~200,000 at 10,000 services x 10 real servers).
 // The set's type and family say how to read it back (entry).
 type key struct {
-	ip, ip2 [16]byte // ip2 holds IP2 or, with an IP, Net's address
+	// ip2 holds IP2 or, with an IP, Net's address; in a skbinfo set
+	// (hash:ip,port: no second address) the mark, in its first 4 bytes.
+	ip, ip2 [16]byte
 	port    uint16
 	set     desired.SetID
 	proto   uint8
@@ -409,7 +441,9 @@ func toKey(m desired.Member) key {
 	switch {
 	case e.IP.IsValid():
 		k.ip = e.IP.As16()
-		if e.IP2.IsValid() {
+		if e.Mark != 0 {
+			binary.BigEndian.PutUint32(k.ip2[:], e.Mark)
+		} else if e.IP2.IsValid() {
 			k.ip2 = e.IP2.As16()
 		} else if e.Net.IsValid() {
 			k.ip2, k.bits = e.Net.Addr().As16(), uint8(e.Net.Bits())
@@ -444,10 +478,12 @@ func (k key) entry() desired.SetEntry {
 	if k.proto == syscall.IPPROTO_UDP {
 		e.Proto = lvs.UDP
 	}
-	switch spec.Type {
-	case desired.HashIPPortIP:
+	switch {
+	case spec.SkbInfo:
+		e.Mark = binary.BigEndian.Uint32(k.ip2[:])
+	case spec.Type == desired.HashIPPortIP:
 		e.IP2 = addr(k.ip2)
-	case desired.HashIPPortNT:
+	case spec.Type == desired.HashIPPortNT:
 		e.Net = netip.PrefixFrom(addr(k.ip2), int(k.bits))
 	}
 	return e

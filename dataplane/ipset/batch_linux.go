@@ -184,6 +184,9 @@ func (w *batchWriter) appendOp(op *Op, flags uint16) {
 	case e.IP.IsValid():
 		w.addr(nl.IPSET_ATTR_IP, e.IP)
 		w.ports(e.IP2, e.Net, e.Port, e.Proto == "udp")
+		if e.Mark != 0 {
+			w.skbmark(e.Mark)
+		}
 	case e.Net.IsValid(): // hash:net
 		w.addr(nl.IPSET_ATTR_IP, e.Net.Addr())
 		if b := e.Net.Bits(); b > 0 {
@@ -221,6 +224,19 @@ func (w *batchWriter) ports(ip2 netip.Addr, net netip.Prefix, port uint16, udp b
 		w.endAttr(p)
 	}
 }
+
+// skbmark encodes a skbinfo entry's mark as the ipset tool does for
+// "skbmark MARK": one 64-bit attribute in network byte order, the mark
+// in its upper half and its mask (all of the packet's mark) in the
+// lower (ip_set_get_extensions).
+func (w *batchWriter) skbmark(mark uint32) {
+	a := w.beginAttr(nl.IPSET_ATTR_SKBMARK | nl.NLA_F_NET_BYTEORDER)
+	w.buf = binary.BigEndian.AppendUint64(w.buf, uint64(mark)<<32|skbmarkFullMask)
+	w.endAttr(a)
+}
+
+// skbmarkFullMask is the mask of lbd's marks: the whole packet mark.
+const skbmarkFullMask = 0xffffffff
 
 // addr encodes an address as encodeIP does: nested, IPv4 (also a mapped
 // one) or IPv6, in network byte order.

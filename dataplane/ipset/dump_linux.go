@@ -84,7 +84,7 @@ func (k *NetlinkKernel) Dump(set func(name string, t desired.SetType, family int
 	var sets []wanted
 	err := s.list("", func(msg []byte) error {
 		var name, typ []byte
-		family := 4
+		family, skbinfo := 4, false
 		for t, v := range attrs(msg) {
 			switch t & nl.NLA_TYPE_MASK {
 			case nl.IPSET_ATTR_SETNAME:
@@ -95,10 +95,15 @@ func (k *NetlinkKernel) Dump(set func(name string, t desired.SetType, family int
 				if len(v) > 0 && v[0] == unix.AF_INET6 {
 					family = 6
 				}
+			case nl.IPSET_ATTR_DATA:
+				skbinfo = cadtFlags(v)&nl.IPSET_FLAG_WITH_SKBINFO != 0
 			}
 		}
 		if n := nl.BytesToString(name); IsLBD(n) && len(typ) > 0 {
 			t := desired.SetType(nl.BytesToString(typ))
+			if skbinfo {
+				t += skbinfoSuffix
+			}
 			if entry := set(n, t, family); entry != nil {
 				sets = append(sets, wanted{n, t, entry})
 			}
@@ -286,6 +291,17 @@ func addr(t uint16, v []byte) netip.Addr {
 	return netip.Addr{}
 }
 
+// cadtFlags reads IPSET_ATTR_CADT_FLAGS from a set header's
+// IPSET_ATTR_DATA: the extensions the set was created with.
+func cadtFlags(data []byte) uint32 {
+	for t, v := range attrs(data) {
+		if t&nl.NLA_TYPE_MASK == nl.IPSET_ATTR_CADT_FLAGS && len(v) >= 4 {
+			return binary.BigEndian.Uint32(v)
+		}
+	}
+	return 0
+}
+
 // parseEntry reads an entry's IPSET_ATTR_DATA as a set of type t holds it:
 // addresses unmapped, a network without a prefix length a host's, a port
 // with its protocol (TCP unless UDP).
@@ -293,9 +309,16 @@ func parseEntry(t desired.SetType, b []byte) (desired.SetEntry, error) {
 	var ip, ip2 netip.Addr
 	var cidr, cidr2, proto uint8
 	var port uint16
+	var mark uint32
 	var hasPort, hasProto bool
 	for typ, v := range attrs(b) {
 		switch typ & nl.NLA_TYPE_MASK {
+		case nl.IPSET_ATTR_SKBMARK:
+			// A mark with another mask is not lbd's: read as none, it
+			// differs from what lbd wants, and is replaced.
+			if len(v) >= 8 && binary.BigEndian.Uint64(v)&skbmarkFullMask == skbmarkFullMask {
+				mark = uint32(binary.BigEndian.Uint64(v) >> 32)
+			}
 		case nl.IPSET_ATTR_IP:
 			ip = addr(typ, v)
 		case nl.IPSET_ATTR_IP2:
@@ -337,7 +360,7 @@ func parseEntry(t desired.SetType, b []byte) (desired.SetEntry, error) {
 		e.IP = ip
 		return e, nil
 	}
-	e.IP = ip
+	e.IP, e.Mark = ip, mark
 	if hasPort && hasProto {
 		e.Port, e.Proto = port, lvs.TCP
 		if proto == syscall.IPPROTO_UDP {

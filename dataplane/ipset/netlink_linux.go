@@ -66,16 +66,24 @@ func (k *NetlinkKernel) Create(spec desired.SetSpec) error {
 	if spec.Family == 6 {
 		fam = unix.AF_INET6
 	}
-	return k.h.IpsetCreate(spec.Name, string(spec.Type), netlink.IpsetCreateOptions{Family: fam, MaxElements: maxElements})
+	return k.h.IpsetCreate(spec.Name, string(spec.Type), netlink.IpsetCreateOptions{Family: fam, MaxElements: maxElements, Skbinfo: spec.SkbInfo})
 }
 
 func (k *NetlinkKernel) Destroy(name string) error { return k.h.IpsetDestroy(name) }
 
+// Add and Del write an entry with a mark (vishvananda's IPSetEntry cannot
+// say skbmark) as the batch writer encodes it.
 func (k *NetlinkKernel) Add(set string, e desired.SetEntry) error {
+	if e.Mark != 0 {
+		return k.Write([]Op{{Set: set, Entry: e}})[0]
+	}
 	return k.h.IpsetAdd(set, toNetlink(e))
 }
 
 func (k *NetlinkKernel) Del(set string, e desired.SetEntry) error {
+	if e.Mark != 0 {
+		return k.Write([]Op{{Set: set, Entry: e, Del: true}})[0]
+	}
 	return k.h.IpsetDel(set, toNetlink(e))
 }
 

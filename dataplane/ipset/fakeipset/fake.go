@@ -1,7 +1,8 @@
 // Package fakeipset is an in-memory ipset kernel for tests of code that
 // drives lbd's sets: it refuses what the kernel refuses (adding to or
 // deleting from a missing set, adding an entry twice, deleting a missing
-// one) and counts every call.
+// one; in a skbinfo set an entry is its element whatever its mark) and
+// counts every call.
 package fakeipset
 
 import (
@@ -53,7 +54,7 @@ func (k *Kernel) Dump(set func(name string, t desired.SetType, family int) func(
 	}
 	k.mu.Unlock()
 	for i, spec := range specs {
-		if entry := set(spec.Name, spec.Type, spec.Family); entry != nil {
+		if entry := set(spec.Name, ipset.ListedType(spec), spec.Family); entry != nil {
 			for _, e := range entries[i] {
 				entry(e)
 				if interrupted {
@@ -109,10 +110,29 @@ func (k *Kernel) Add(name string, e desired.SetEntry) error {
 	switch {
 	case !ok:
 		return fmt.Errorf("set %s: %w", name, syscall.ENOENT)
-	case s.entries[e]:
+	case s.find(e) != nil:
 		return fmt.Errorf("%s in %s: %w", e, name, syscall.EEXIST)
 	}
 	s.entries[e] = true
+	return nil
+}
+
+// find returns the entry of s that is e's element (the same entry, or in
+// a skbinfo set the same element with any mark), or nil.
+func (s *set) find(e desired.SetEntry) *desired.SetEntry {
+	if s.entries[e] {
+		return &e
+	}
+	if !s.spec.SkbInfo {
+		return nil
+	}
+	for x := range s.entries {
+		y := x
+		y.Mark = e.Mark
+		if y == e {
+			return &x
+		}
+	}
 	return nil
 }
 
@@ -124,10 +144,10 @@ func (k *Kernel) Del(name string, e desired.SetEntry) error {
 	switch {
 	case !ok:
 		return fmt.Errorf("set %s: %w", name, syscall.ENOENT)
-	case !s.entries[e]:
+	case s.find(e) == nil:
 		return fmt.Errorf("%s in %s: %w", e, name, syscall.ENOENT)
 	}
-	delete(s.entries, e)
+	delete(s.entries, *s.find(e))
 	return nil
 }
 
