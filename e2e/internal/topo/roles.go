@@ -134,41 +134,7 @@ func runBackend(args []string) error {
 		if err != nil {
 			return err
 		}
-		mux := http.NewServeMux()
-		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
-			_, _ = io.WriteString(w, "ok\n")
-		})
-		// POST /upload reads the whole body: a test of full-size packets
-		// towards the real server (a tunnel's MTU) sees how much arrived.
-		mux.HandleFunc("POST /upload", func(w http.ResponseWriter, r *http.Request) {
-			n, err := io.Copy(io.Discard, r.Body)
-			if err != nil {
-				http.Error(w, err.Error(), http.StatusBadRequest)
-				return
-			}
-			fmt.Fprintf(w, "id=%s client=%s bytes=%d\n", *id, r.RemoteAddr, n)
-		})
-		// GET /size/N answers N bytes (at most 16 MiB): a fixed response
-		// size for throughput benchmarks.
-		mux.HandleFunc("GET /size/{n}", func(w http.ResponseWriter, r *http.Request) {
-			n, err := strconv.Atoi(r.PathValue("n"))
-			if err != nil || n < 0 || n > 16<<20 {
-				http.Error(w, "size: expected 0..16777216", http.StatusBadRequest)
-				return
-			}
-			w.Header().Set("Content-Length", strconv.Itoa(n))
-			chunk := bytes.Repeat([]byte("x"), min(n, 64<<10))
-			for n > 0 {
-				k, err := w.Write(chunk[:min(n, len(chunk))])
-				if err != nil {
-					return
-				}
-				n -= k
-			}
-		})
-		mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-			fmt.Fprintf(w, "id=%s client=%s\n", *id, r.RemoteAddr)
-		})
+		mux := backendMux(*id)
 		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 30 * time.Second}
 		go func() { errc <- srv.Serve(ln) }()
 		go func() { <-ctx.Done(); _ = srv.Close() }()
@@ -200,6 +166,47 @@ func runBackend(args []string) error {
 		}
 		return err
 	}
+}
+
+// backendMux is a backend's HTTP handler: its id and the client address
+// it saw on every request, and the test endpoints below.
+func backendMux(id string) *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = io.WriteString(w, "ok\n")
+	})
+	// POST /upload reads the whole body: a test of full-size packets
+	// towards the real server (a tunnel's MTU) sees how much arrived.
+	mux.HandleFunc("POST /upload", func(w http.ResponseWriter, r *http.Request) {
+		n, err := io.Copy(io.Discard, r.Body)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		fmt.Fprintf(w, "id=%s client=%s bytes=%d\n", id, r.RemoteAddr, n)
+	})
+	// GET /size/N answers N bytes (at most 16 MiB): a fixed response
+	// size for throughput benchmarks.
+	mux.HandleFunc("GET /size/{n}", func(w http.ResponseWriter, r *http.Request) {
+		n, err := strconv.Atoi(r.PathValue("n"))
+		if err != nil || n < 0 || n > 16<<20 {
+			http.Error(w, "size: expected 0..16777216", http.StatusBadRequest)
+			return
+		}
+		w.Header().Set("Content-Length", strconv.Itoa(n))
+		chunk := bytes.Repeat([]byte("x"), min(n, 64<<10))
+		for n > 0 {
+			k, err := w.Write(chunk[:min(n, len(chunk))])
+			if err != nil {
+				return
+			}
+			n -= k
+		}
+	})
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "id=%s client=%s\n", id, r.RemoteAddr)
+	})
+	return mux
 }
 
 func serveUDP(pc net.PacketConn, id string) error {
