@@ -135,7 +135,7 @@ func readDataplane(dir *topo.Director, foreignIPVS []string) (dataplaneView, err
 	// fault tests' size ipvsadm and ipset take seconds under emulation.
 	cmds := [][]string{{"ipvsadm", "-Sn"}, {"ip", "-o", "addr", "show", "dev", topo.VIPLink}, {"ipset", "save"}}
 	for _, tool := range []string{"iptables", "ip6tables"} {
-		for _, table := range []string{"nat", "filter"} {
+		for _, table := range []string{"nat", "filter", "raw", "mangle"} {
 			cmds = append(cmds, []string{tool + "-save", "-t", table})
 		}
 	}
