@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/lbdproject/lbd/e2e/internal/topo"
 )
@@ -91,13 +92,22 @@ health_check = { type = "none" }
 real_server = [{ address = "%s" }, { address = "%s" }]
 
 [[service]]
+name = "fenced"
+vips = ["%s"]
+port = 80
+forward = "dr"
+source_ranges = ["198.18.250.0/24"]
+health_check = { type = "none" }
+real_server = [{ address = "%s" }]
+
+[[service]]
 name = "offlink"
 vips = ["%s"]
 port = 80
 forward = "dr"
 health_check = { type = "none" }
 real_server = [{ address = "%s" }]
-`, topo.VIP(1), rs(0, false), rs(1, false), topo.VIP6(1), rs(0, true), rs(1, true), topo.VIP(2), offLinkRS)
+`, topo.VIP(1), rs(0, false), rs(1, false), topo.VIP6(1), rs(0, true), rs(1, true), topo.VIP(3), rs(0, false), topo.VIP(2), offLinkRS)
 }
 
 // offLinkRS is a direct-routing real server on no link of the director.
@@ -114,8 +124,8 @@ func TestForwardDR(t *testing.T) {
 	e.realServerSetup(t, "--method", "dr", "--vip", web.Addr().String(), "--vip", web6.Addr().String())
 	l := startLBD(t, e.dir, e.drConfig())
 	waitIPVS(t, e.dir, "IPVS to hold the DR services", l.plan(t))
-	if out := e.dir.MustExec(t, "ipvsadm", "-Sn"); strings.Count(out, " -g ") != 5 {
-		t.Errorf("want 5 destinations with -g (direct routing):\n%s", out)
+	if out := e.dir.MustExec(t, "ipvsadm", "-Sn"); strings.Count(out, " -g ") != 6 {
+		t.Errorf("want 6 destinations with -g (direct routing):\n%s", out)
 	}
 	waitServes(t, e.client, topo.HTTP, web)
 	waitServes(t, e.client, topo.HTTP, web6)
@@ -141,6 +151,23 @@ func TestForwardDR(t *testing.T) {
 			return nil
 		})
 		waitRules(t, e.dir, "the off-link real server kept", fmt.Sprintf("-a -t %s:80 -r %s:80 -g -w 1", topo.VIP(2), offLinkRS))
+	})
+	t.Run("unserved ports rejected, source ranges kept", func(t *testing.T) {
+		// The director's own filter still guards DR VIPs: a port of the
+		// VIP no service serves is refused at once (untracked are only
+		// the served ones), and a client outside source_ranges dropped.
+		for _, c := range []struct {
+			target  netip.AddrPort
+			refused bool // else dropped: no answer at all
+		}{{netip.AddrPortFrom(topo.VIP(1), 81), true}, {netip.AddrPortFrom(topo.VIP(3), 80), false}} {
+			answers, err := e.client.Probe(topo.HTTP, c.target, 1, 2*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if errs := answers.Errors(); len(errs) != 1 || strings.Contains(errs[0], "refused") != c.refused {
+				t.Errorf("%s: %+v; want the request refused (%v) or else dropped", c.target, answers, c.refused)
+			}
+		}
 	})
 	t.Run("replies bypass the director, untracked", func(t *testing.T) { e.bypass(t, web) })
 	t.Run("a dead real server is drained", func(t *testing.T) { e.drain(t, web) })
