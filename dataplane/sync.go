@@ -35,7 +35,11 @@ func (d *Dataplane) sync(_ context.Context, why runner.Reason) error {
 	d.mu.Unlock()
 	dec := d.valve.Decide(st, in)
 	st, res.Held, res.Edition = dec.State, dec.Hold, in.Edition
-	out := d.apply.apply(&st, d.applied, in.Sources.Config, why.Full())
+	// The first sync that applies reconciles against the kernel whatever
+	// its reason: the initial one may have been skipped while the sources
+	// loaded, and a later requested one would trust empty caches (and,
+	// say, write the IPVS timeouts a restart found in place).
+	out := d.apply.apply(&st, d.applied, in.Sources.Config, why.Full() || d.applied == nil)
 	res.Dumps, res.Writes, res.Err = out.dumps, out.writes, out.err()
 	res.SetEntries, res.FilterRules, res.Draining, res.Failed = out.setEntries, out.rules, out.draining, out.failed
 	res.Services = len(st.Services)
