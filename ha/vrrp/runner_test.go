@@ -188,8 +188,14 @@ func TestRunnerPair(t *testing.T) {
 	b := startBox(t, w, self, 100)
 	boxes := []*box{a, b}
 	waitStates(t, "start", boxes, Master, Backup)
-	if st := b.r.Status()[0]; st.Master != peer || st.MasterPriority != 150 || st.Received == 0 {
-		t.Errorf("backup's status %+v: want master %v at 150 heard", st, peer)
+	// A backup is BACKUP from its start, before it has heard anyone:
+	// wait for the master's first advert to arrive.
+	deadline := time.Now().Add(10 * time.Second)
+	for st := b.r.Status()[0]; st.Master != peer || st.MasterPriority != 150 || st.Received == 0; st = b.r.Status()[0] {
+		if time.Now().After(deadline) {
+			t.Fatalf("backup's status %+v: want master %v at 150 heard", st, peer)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 
 	// Partition: both masters. Heal: the higher priority keeps it.
