@@ -77,7 +77,10 @@ type appliers struct {
 	sets     SetApplier
 	filters  map[int]FilterApplier
 	announce Announcer
-	log      logger
+	// gate orders the address appliers and the announcer between syncs
+	// and takeovers (takeover.go).
+	gate addrGate
+	log  logger
 	// ipvsDone, when set, is called as soon as the IPVS applier returns,
 	// before the other subsystems are done: the dataplane publishes the
 	// kernel's snapshot then, so that status shows the weights as soon as
@@ -98,16 +101,20 @@ type outcome struct {
 	// not all run (nil when they do).
 	syncDaemons int
 	syncErr     error
-	setEntries  int
-	rules       int
-	draining    int
-	failed      []lvs.Key // sorted, unique
+	// addrsSkipped: a takeover of newer failover inputs bound the
+	// addresses meanwhile, and this apply left them be.
+	addrsSkipped bool
+	setEntries   int
+	rules        int
+	draining     int
+	failed       []lvs.Key // sorted, unique
 }
 
 // apply makes the kernel hold st (of configuration cfg): with full, every
 // applier first reads the kernel and repairs drift. prev is the state the
-// last sync applied, nil before the first.
-func (a *appliers) apply(st, prev *desired.State, cfg *config.Config, full bool) outcome {
+// last sync applied, nil before the first; gen is the generation of the
+// failover inputs st was computed from (see addrGate).
+func (a *appliers) apply(st, prev *desired.State, cfg *config.Config, gen uint64, full bool) outcome {
 	var timeoutsPart part
 	if a.timeouts != nil {
 		// The kernel's error says what it was doing with the timeouts.
@@ -131,22 +138,22 @@ func (a *appliers) apply(st, prev *desired.State, cfg *config.Config, full bool)
 	// neighbour is drawn to a VIP before IPVS has its virtual server.
 	early := a.announce != nil && prev != nil && sameVirtualServers(prev.Services, st.Services)
 	var wg sync.WaitGroup
-	var addrPart, filterPart part
-	wg.Go(func() {
-		addrPart = a.applyAddrs(st, full)
-		if early {
-			a.announce.Set(st.Announce)
-		}
-	})
+	var addr addrsApplied
+	var filterPart part
+	wg.Go(func() { addr = a.applyAddrsGated(st, gen, full, early) })
 	wg.Go(func() { filterPart = a.applyFilter(st, cfg, full) })
 	ipvsPart, ir := a.applyIPVS(st.Services, full)
 	syncPart := a.applySync(st.SyncDaemons)
 	wg.Wait()
 	// After the addresses are gone: no packet recreates the entries.
-	releasePart := a.releaseConntrack(st, prev)
+	var releasePart part
+	if !addr.skipped {
+		releasePart = a.releaseConntrack(st, addr.before, addr.known)
+	}
 	var out outcome
+	out.addrsSkipped = addr.skipped
 	out.syncDaemons, out.syncErr = len(st.SyncDaemons), errors.Join(syncPart.errs...)
-	for _, p := range []part{timeoutsPart, addrPart, filterPart, ipvsPart, syncPart, releasePart} {
+	for _, p := range []part{timeoutsPart, addr.part, filterPart, ipvsPart, syncPart, releasePart} {
 		out.dumps += p.dumps
 		out.writes += p.writes
 		out.errs = append(out.errs, p.errs...)
@@ -156,7 +163,7 @@ func (a *appliers) apply(st, prev *desired.State, cfg *config.Config, full bool)
 	slices.SortFunc(out.failed, lvs.Key.Compare)
 	out.failed = slices.Compact(out.failed)
 	if a.announce != nil && !early {
-		a.announce.Set(st.Announce)
+		a.announceGated(st, gen)
 	}
 	return out
 }
@@ -267,13 +274,14 @@ func (a *appliers) applyIPVS(services []desired.Service, full bool) (part, ipvs.
 
 // releaseConntrack removes the conntrack entries of the VIPs this box
 // stopped serving (see package conntrack for the resets they cause when it
-// serves them again), with those a failed pass left.
-func (a *appliers) releaseConntrack(st, prev *desired.State) part {
+// serves them again), with those a failed pass left. was is what was
+// bound before, when known.
+func (a *appliers) releaseConntrack(st *desired.State, was []netip.Addr, known bool) part {
 	var p part
 	if a.ct == nil {
 		return p
 	}
-	released := releasedVIPs(st, prev)
+	released := releasedVIPs(st, was, known)
 	pending := a.ct.PendingReleased() + len(released)
 	serves := func(v netip.Addr) bool {
 		_, ok := slices.BinarySearchFunc(st.VIPs, v, netip.Addr.Compare)
@@ -293,14 +301,12 @@ func (a *appliers) releaseConntrack(st, prev *desired.State) part {
 	return p
 }
 
-// releasedVIPs returns the VIPs prev served and st does not. Before the
-// first sync (prev nil) they are every VIP of st's virtual servers that st
-// does not serve: the lbd before a restart may have served them.
-func releasedVIPs(st, prev *desired.State) []netip.Addr {
-	var was []netip.Addr
-	if prev != nil {
-		was = prev.VIPs
-	} else {
+// releasedVIPs returns the VIPs bound before (was) that st does not
+// serve. Before the first sync (!known) they are every VIP of st's
+// virtual servers that st does not serve: the lbd before a restart may
+// have served them.
+func releasedVIPs(st *desired.State, was []netip.Addr, known bool) []netip.Addr {
+	if !known {
 		for _, vs := range st.Services {
 			if !vs.NodePort && !vs.Key.IsFWMark() {
 				was = append(was, vs.Key.Addr)

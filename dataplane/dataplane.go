@@ -83,6 +83,8 @@ type inputs struct {
 	hostAddrs     []netip.Addr
 	serving       desired.Serving
 	floating      []desired.Floating
+	// failoverGen counts the changes of serving and floating (addrGate).
+	failoverGen uint64
 	// changedAt is when the first input change not synced yet arrived,
 	// for the network-programming latency.
 	changedAt time.Time
@@ -104,6 +106,9 @@ type Dataplane struct {
 	run   *runner.Runner
 	// valve is used by the sync goroutine only.
 	valve valve.Valve
+	// failedOver asks the takeover goroutine to bind the latest failover
+	// inputs' addresses (one pending at most).
+	failedOver chan struct{}
 
 	mu        sync.Mutex
 	in        inputs
@@ -154,7 +159,8 @@ func New(opts Options) *Dataplane {
 	d := &Dataplane{
 		apply: appliers{ipvs: opts.IPVS, addrs: opts.Addrs, floating: opts.Floating, syncd: opts.Syncd, sets: opts.Sets,
 			filters: opts.Filters, announce: opts.Announce, log: opts.Logger},
-		log: opts.Logger,
+		log:        opts.Logger,
+		failedOver: make(chan struct{}, 1),
 	}
 	d.apply.ipvsDone = d.publishKernel
 	if opts.Timeouts != nil {
@@ -172,8 +178,13 @@ func New(opts Options) *Dataplane {
 	return d
 }
 
-// Loop runs syncs until ctx is done.
-func (d *Dataplane) Loop(ctx context.Context) { d.run.Loop(ctx) }
+// Loop runs syncs, and the takeovers of SetFailover, until ctx is done.
+func (d *Dataplane) Loop(ctx context.Context) {
+	var wg sync.WaitGroup
+	wg.Go(func() { d.takeovers(ctx) })
+	d.run.Loop(ctx)
+	wg.Wait()
+}
 
 // set changes the inputs under the lock, notes the change and asks for a
 // sync.
@@ -209,21 +220,30 @@ func (d *Dataplane) SetHostAddrs(addrs []netip.Addr) {
 // SetServing replaces which VIPs this box serves (binds and announces)
 // and asks for a sync. Until it is called every VIP is served.
 func (d *Dataplane) SetServing(s desired.Serving) {
-	d.set(func(in *inputs) { in.serving = s })
+	d.set(func(in *inputs) {
+		in.serving = s
+		in.failoverGen++
+	})
 }
 
 // SetFailover replaces which VIPs this box serves and the state of the
 // floating addresses, together: a VRRP transition moves both.
 //
-// The sync runs at once, ahead of min_sync_period: a box that became
-// master must bind the addresses now (VRRP's own timers bound how often).
+// A box that became master must bind the addresses now (VRRP's own
+// timers bound how often): they are bound and announced at once, even
+// while a sync is under way, and the sync runs ahead of min_sync_period.
 func (d *Dataplane) SetFailover(s desired.Serving, fl []desired.Floating) {
 	d.mu.Lock()
 	d.in.serving, d.in.floating = s, fl
+	d.in.failoverGen++
 	if d.in.changedAt.IsZero() {
 		d.in.changedAt = time.Now()
 	}
 	d.mu.Unlock()
+	select {
+	case d.failedOver <- struct{}{}:
+	default: // one pending reads the latest inputs
+	}
 	d.run.Now()
 }
 

@@ -22,7 +22,7 @@ func (d *Dataplane) sync(_ context.Context, why runner.Reason) error {
 		d.in.restart, d.startKernel = nil, r.kernel
 	}
 	d.mu.Unlock()
-	st, in, ok := d.desired()
+	st, in, gen, ok := d.desired()
 	if !ok {
 		// Sources have not all delivered: applying now could delete what a
 		// slower source would keep.
@@ -30,8 +30,11 @@ func (d *Dataplane) sync(_ context.Context, why runner.Reason) error {
 		d.finish(res)
 		return nil
 	}
+	// A copy: the valve's decision below replaces st, and other goroutines
+	// (views, takeovers) compute from computed.
+	computed := st
 	d.mu.Lock()
-	d.computed = &st
+	d.computed = &computed
 	d.mu.Unlock()
 	dec := d.valve.Decide(st, in)
 	st, res.Held, res.Edition = dec.State, dec.Hold, in.Edition
@@ -39,7 +42,7 @@ func (d *Dataplane) sync(_ context.Context, why runner.Reason) error {
 	// its reason: the initial one may have been skipped while the sources
 	// loaded, and a later requested one would trust empty caches (and,
 	// say, write the IPVS timeouts a restart found in place).
-	out := d.apply.apply(&st, d.applied, in.Sources.Config, why.Full() || d.applied == nil)
+	out := d.apply.apply(&st, d.applied, in.Sources.Config, gen, why.Full() || d.applied == nil)
 	res.Dumps, res.Writes, res.Err = out.dumps, out.writes, out.err()
 	res.SetEntries, res.FilterRules, res.Draining, res.Failed = out.setEntries, out.rules, out.draining, out.failed
 	res.Services = len(st.Services)
@@ -91,19 +94,20 @@ func (d *Dataplane) programmed(res *SyncResult, changedAt time.Time) {
 }
 
 // desired computes the desired state from the current inputs, and returns
-// them (without Prev); ok is false until a configuration is set.
-func (d *Dataplane) desired() (desired.State, valve.Input, bool) {
+// them (without Prev) with the generation of their failover part; ok is
+// false until a configuration is set.
+func (d *Dataplane) desired() (desired.State, valve.Input, uint64, bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	src := d.in.src
 	if src.Config == nil {
-		return desired.State{}, valve.Input{}, false
+		return desired.State{}, valve.Input{}, 0, false
 	}
 	in := desired.Input{Config: src.Config, Discovered: src.Reals, DiscoveredServices: src.Services,
 		Health: d.in.health, HealthVersion: d.in.healthVersion + 1, HostAddrs: d.in.hostAddrs, Serving: d.in.serving, Floating: d.in.floating, Prev: d.computed}
 	st := desired.Compute(in)
 	in.Prev = nil
-	return st, valve.Input{Sources: in, Edition: src.Edition}, true
+	return st, valve.Input{Sources: in, Edition: src.Edition}, d.in.failoverGen, true
 }
 
 func (d *Dataplane) finish(res SyncResult) {

@@ -72,7 +72,7 @@ type View struct {
 // View returns the current desired state, the last sync and the kernel's
 // weights as of that sync.
 func (d *Dataplane) View() View {
-	st, _, _ := d.desired()
+	st, _, _, _ := d.desired()
 	kernel := d.kernelView().Weights() // built outside the lock: 100,000 entries at scale
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -82,6 +82,6 @@ func (d *Dataplane) View() View {
 // Desired computes the desired state from the current inputs; ok is false
 // until a configuration is set.
 func (d *Dataplane) Desired() (desired.State, bool) {
-	st, _, ok := d.desired()
+	st, _, _, ok := d.desired()
 	return st, ok
 }
