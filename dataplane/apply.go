@@ -53,6 +53,9 @@ type FilterApplier interface {
 // every sync and does the rest itself.
 type Announcer interface {
 	Set(vips map[string][]netip.Addr)
+	// Standby keeps the sockets of addresses a takeover would announce
+	// ready.
+	Standby(vips map[string][]netip.Addr)
 }
 
 // TimeoutApplier keeps IPVS's global connection timeouts.
@@ -164,6 +167,9 @@ func (a *appliers) apply(st, prev *desired.State, cfg *config.Config, gen uint64
 	out.failed = slices.Compact(out.failed)
 	if a.announce != nil && !early {
 		a.announceGated(st, gen)
+	}
+	if a.announce != nil {
+		a.announce.Standby(st.Standby)
 	}
 	return out
 }

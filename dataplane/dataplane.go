@@ -125,6 +125,11 @@ type Dataplane struct {
 	// Apply left it, for status and metrics; only the sync goroutine
 	// writes it (publishKernel).
 	kernel ipvs.Snapshot
+	// takeoverVIPs is what the latest takeover bound (with what was bound
+	// before it), until a sync of its inputs (takeoverGen) or newer ones
+	// has applied: lbd's own, for ExpectsVIP.
+	takeoverVIPs []netip.Addr
+	takeoverGen  uint64
 	// startKernel is lbd's virtual servers as the kernel held them at a
 	// restart, until the first sync that applies logs what it changed
 	// against them; the sync goroutine's.
@@ -296,6 +301,9 @@ func (d *Dataplane) ExpectsVIP(a netip.Addr, bound bool) bool {
 		return ok
 	}
 	if has(d.applied) == bound {
+		return true
+	}
+	if _, ok := slices.BinarySearchFunc(d.takeoverVIPs, a, netip.Addr.Compare); ok && bound {
 		return true
 	}
 	return !d.syncStart.IsZero() && d.computed != nil && has(d.computed) == bound

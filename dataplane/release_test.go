@@ -115,6 +115,8 @@ type announceRecorder struct {
 	sets chan map[string][]netip.Addr
 }
 
+func (a *announceRecorder) Standby(map[string][]netip.Addr) {}
+
 func (a *announceRecorder) Set(vips map[string][]netip.Addr) {
 	a.mu.Lock()
 	a.last = maps.Clone(vips)

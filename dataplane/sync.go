@@ -57,6 +57,9 @@ func (d *Dataplane) sync(_ context.Context, why runner.Reason) error {
 	d.valve.Applied(&st, in)
 	d.mu.Lock() // Applied reads it from other goroutines
 	d.applied = &st
+	if !out.addrsSkipped && gen >= d.takeoverGen {
+		d.takeoverVIPs = nil
+	}
 	d.mu.Unlock()
 	res.Duration = time.Since(res.Start)
 	d.programmed(&res, changedAt)

@@ -74,7 +74,8 @@ func (a *appliers) announceGated(st *desired.State, gen uint64) {
 // takeover binds the addresses st adds to those bound, sets its floating
 // addresses and announces at once. It never unbinds a VIP: the sync that
 // follows does (after the safety valve, releasing their connections).
-func (a *appliers) takeover(st *desired.State, gen uint64) (part, bool) {
+// binding, when set, is told the VIPs before they are written.
+func (a *appliers) takeover(st *desired.State, gen uint64, binding func([]netip.Addr)) (part, bool) {
 	g := &a.gate
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -84,6 +85,9 @@ func (a *appliers) takeover(st *desired.State, gen uint64) (part, bool) {
 	vips := slices.Concat(g.vips, st.VIPs)
 	slices.SortFunc(vips, netip.Addr.Compare)
 	vips = slices.Compact(vips)
+	if binding != nil {
+		binding(vips)
+	}
 	var p part
 	as, err := a.addrs.Apply(vips, false)
 	p.add(as.Dumps, as.Writes, err, "addresses")
@@ -133,12 +137,18 @@ func (d *Dataplane) takeover() {
 		return
 	}
 	start := time.Now()
-	p, ran := d.apply.takeover(&st, gen)
+	// Drift watching must know these addresses as lbd's before the kernel
+	// tells of them (ExpectsVIP).
+	p, ran := d.apply.takeover(&st, gen, func(vips []netip.Addr) {
+		d.mu.Lock()
+		d.takeoverVIPs, d.takeoverGen = vips, gen
+		d.mu.Unlock()
+	})
 	switch {
 	case !ran:
 	case len(p.errs) > 0:
 		d.log.Warn("failover: binding addresses ahead of the sync failed; the sync retries", "error", errors.Join(p.errs...))
 	case p.writes > 0:
-		d.log.Info("failover: addresses bound and announced ahead of the sync", "writes", p.writes, "duration", time.Since(start))
+		d.log.Info("failover: addresses changed and announced ahead of the sync", "writes", p.writes, "duration", time.Since(start))
 	}
 }

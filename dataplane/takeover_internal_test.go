@@ -48,7 +48,7 @@ func TestAddrGate(t *testing.T) {
 				st := &desired.State{VIPs: s.vips}
 				var ran bool
 				if s.takeover {
-					_, ran = a.takeover(st, s.gen)
+					_, ran = a.takeover(st, s.gen, nil)
 				} else {
 					ran = !a.applyAddrsGated(st, s.gen, false, false).skipped
 				}

@@ -53,6 +53,9 @@ func TestTakeoverDuringASync(t *testing.T) {
 		if got := ka.String(); got != bound {
 			t.Errorf("taking over during a sync: addresses %q, want %q before the sync ends", got, bound)
 		}
+		if vip := netip.MustParseAddr("192.0.2.10"); !dp.ExpectsVIP(vip, true) {
+			t.Errorf("drift watching would take the takeover's %v for another's", vip)
+		}
 		ann.mu.Lock()
 		announced := slices.Contains(ann.last["eth1"], inside.Addr())
 		ann.mu.Unlock()

@@ -74,6 +74,10 @@ const (
 	// Answering: lbd answers ARP and neighbour solicitations for the VIPs
 	// on this interface.
 	Answering
+	// Standby: the sockets are open for addresses this box may take over
+	// (a failover pair's backup), so that it announces them at once;
+	// nothing is answered yet.
+	Standby
 )
 
 func (s State) String() string {
@@ -84,6 +88,8 @@ func (s State) String() string {
 		return "down"
 	case Answering:
 		return "answering"
+	case Standby:
+		return "standby"
 	}
 	return "unknown"
 }
@@ -114,6 +120,7 @@ type Announcer struct {
 
 	mu      sync.Mutex
 	want    map[string][]netip.Addr
+	standby map[string][]netip.Addr
 	links   map[string]*link // written only by Run's goroutine
 	running bool
 }
@@ -126,6 +133,7 @@ func New(opts Options) *Announcer {
 		recheck:    cmp.Or(opts.Recheck, DefaultRecheck),
 		wake:       make(chan struct{}, 1),
 		want:       map[string][]netip.Addr{},
+		standby:    map[string][]netip.Addr{},
 		links:      map[string]*link{},
 	}
 	if len(a.gratuitous) == 0 {
@@ -150,18 +158,28 @@ func New(opts Options) *Announcer {
 // which leaves its multicast groups. Addresses that cannot be a VIP
 // (invalid, unspecified, multicast) are ignored. Set may be called before
 // Run; the set then applies when Run starts.
-func (a *Announcer) Set(vips map[string][]netip.Addr) {
-	want := a.normalize(vips)
+func (a *Announcer) Set(vips map[string][]netip.Addr) { a.replace(&a.want, vips) }
+
+// Standby replaces the addresses this box may have to announce at short
+// notice (a failover pair's backup: what it announces as master): their
+// interfaces' sockets stay open, and IPv6 ones' multicast groups joined,
+// so that taking over (Set) announces at once instead of opening them
+// first. Nothing is answered or announced for them until Set has them.
+func (a *Announcer) Standby(vips map[string][]netip.Addr) { a.replace(&a.standby, vips) }
+
+// replace sets *m (want or standby) to vips and wakes Run if it changed.
+func (a *Announcer) replace(m *map[string][]netip.Addr, vips map[string][]netip.Addr) {
+	next := a.normalize(vips)
 	a.mu.Lock()
-	changed := !maps.EqualFunc(a.want, want, slices.Equal)
+	changed := !maps.EqualFunc(*m, next, slices.Equal)
 	if changed {
-		a.want = want
+		*m = next
 	}
 	a.mu.Unlock()
 	if changed {
 		select {
 		case a.wake <- struct{}{}:
-		default: // Run has a wake-up pending and will read want then.
+		default: // Run has a wake-up pending and will read them then.
 		}
 	}
 }
@@ -244,22 +262,33 @@ func (a *Announcer) reconcile(ctx context.Context, wg *sync.WaitGroup) {
 	var stop []*link
 	a.mu.Lock()
 	for name, l := range a.links {
-		if _, ok := a.want[name]; !ok {
+		_, want := a.want[name]
+		_, standby := a.standby[name]
+		if !want && !standby {
 			stop = append(stop, l)
 		}
 	}
-	for name, vips := range a.want {
-		l, ok := a.links[name]
-		if !ok {
-			lctx, cancel := context.WithCancel(ctx)
-			l = newLink(name, a.log.With("interface", name), a.gratuitous, a.recheck, cancel)
-			a.links[name] = l
-			wg.Go(func() { l.run(lctx) })
-		}
-		l.set(vips)
+	for _, name := range slices.Collect(maps.Keys(a.want)) {
+		a.ensureLink(ctx, wg, name)
+	}
+	for _, name := range slices.Collect(maps.Keys(a.standby)) {
+		a.ensureLink(ctx, wg, name)
 	}
 	a.mu.Unlock()
 	a.stop(stop)
+}
+
+// ensureLink starts name's link if it has none and hands it its addresses;
+// under a.mu.
+func (a *Announcer) ensureLink(ctx context.Context, wg *sync.WaitGroup, name string) {
+	l, ok := a.links[name]
+	if !ok {
+		lctx, cancel := context.WithCancel(ctx)
+		l = newLink(name, a.log.With("interface", name), a.gratuitous, a.recheck, cancel)
+		a.links[name] = l
+		wg.Go(func() { l.run(lctx) })
+	}
+	l.set(a.want[name], a.standby[name])
 }
 
 // stop stops links and waits until their sockets are closed, then drops
@@ -268,7 +297,7 @@ func (a *Announcer) reconcile(ctx context.Context, wg *sync.WaitGroup) {
 // than the closing one.
 func (a *Announcer) stop(links []*link) {
 	for _, l := range links {
-		l.set(nil) // stop answering at once
+		l.set(nil, nil) // stop answering at once
 		l.cancel()
 	}
 	for _, l := range links {

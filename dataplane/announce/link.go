@@ -29,8 +29,10 @@ type link struct {
 
 	// vips is read by the sockets' readers for every request, so a removed
 	// VIP stops being answered as soon as set returns.
-	vips    atomic.Pointer[vipSet]
-	changed chan struct{} // one slot: vips changed since the worker looked
+	vips atomic.Pointer[vipSet]
+	// standby are addresses the sockets stay open for (Standby).
+	standby atomic.Pointer[vipSet]
+	changed chan struct{} // one slot: vips or standby changed since the worker looked
 	again   chan struct{} // one slot: announce every VIP once more (Again)
 	// down has one slot: a socket's read returned ENETDOWN, which the
 	// kernel reports once when the interface goes down or is deleted.
@@ -56,16 +58,19 @@ func newLink(name string, log *slog.Logger, gratuitous []time.Duration, recheck 
 		err:        errors.New("not looked up yet"),
 	}
 	l.vips.Store(&vipSet{})
+	l.standby.Store(&vipSet{})
 	return l
 }
 
-// set replaces the VIPs (sorted, deduplicated) and wakes the worker.
-func (l *link) set(vips []netip.Addr) {
-	if slices.Equal(*l.vips.Load(), vips) {
+// set replaces the VIPs and the standby addresses (each sorted,
+// deduplicated) and wakes the worker.
+func (l *link) set(vips, standby []netip.Addr) {
+	if slices.Equal(*l.vips.Load(), vips) && slices.Equal(*l.standby.Load(), standby) {
 		return
 	}
-	s := vipSet(slices.Clone(vips))
+	s, sb := vipSet(slices.Clone(vips)), vipSet(slices.Clone(standby))
 	l.vips.Store(&s)
+	l.standby.Store(&sb)
 	select {
 	case l.changed <- struct{}{}:
 	default:
@@ -97,6 +102,8 @@ func (l *link) setStatus(state State, mac net.HardwareAddr, err error) {
 	switch state {
 	case Answering:
 		l.log.Info("answering ARP/NDP", "mac", mac.String())
+	case Standby:
+		l.log.Info("ARP/NDP sockets open for a takeover", "mac", mac.String())
 	case Down:
 		// Info, not Warn: an interface just set up has no carrier for a
 		// moment, and lbd has nothing to fix.
@@ -213,9 +220,13 @@ func (w *worker) refresh() {
 		return
 	}
 	vips := *w.vips.Load()
+	// The sockets serve the standby addresses too, answering none of them.
+	open := vipSet(slices.Concat(vips, *w.standby.Load()))
+	slices.SortFunc(open, netip.Addr.Compare)
+	open = slices.Compact(open)
 	var errs []error
 	for k := range numKinds {
-		if err := w.syncSocket(k, ifi, vips); err != nil {
+		if err := w.syncSocket(k, ifi, open); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -232,14 +243,16 @@ func (w *worker) refresh() {
 		w.setStatus(Failed, ifi.HardwareAddr, errors.Join(errs...))
 	case !up:
 		w.setStatus(Down, ifi.HardwareAddr, fmt.Errorf("interface %s is down or has no carrier", w.name))
+	case len(vips) == 0:
+		w.setStatus(Standby, ifi.HardwareAddr, nil)
 	default:
 		w.setStatus(Answering, ifi.HardwareAddr, nil)
 	}
 	w.sync(time.Now())
 }
 
-// syncSocket makes k's socket match the VIPs and the interface: closed
-// without VIPs of kind k, opened, reopened if the interface was re-created
+// syncSocket makes k's socket match the addresses (VIPs and standby) and
+// the interface: closed without addresses of kind k, opened, reopened if the interface was re-created
 // or changed its MAC, and for NDP in the VIPs' multicast groups.
 func (w *worker) syncSocket(k kind, ifi *net.Interface, vips vipSet) error {
 	s := w.socks[k]

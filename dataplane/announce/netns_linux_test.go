@@ -320,6 +320,42 @@ func TestRemovedVIPIsNoLongerAnswered(t *testing.T) {
 	p.expectSilence(vip2)
 }
 
+// TestStandbyOpensTheSocketWithoutAnswering: a backup's interface has
+// its socket open for the addresses it may take over, answers none of
+// them, and announces at once when Set hands them over.
+func TestStandbyOpensTheSocketWithoutAnswering(t *testing.T) {
+	needNetns(t)
+	tp := newTopo(t, topoOpts{})
+	a := announce.New(announce.Options{Logger: testLogger(t), Gratuitous: []time.Duration{0}, Recheck: recheck})
+	start(t, a)
+	a.Standby(map[string][]netip.Addr{tp.lbdIf: {vip1}})
+	st := waitState(t, a, tp.lbdIf, announce.Standby)
+	if len(st.VIPs) != 0 {
+		t.Errorf("standby status answers for %v, want none", st.VIPs)
+	}
+	if n := packetSockets(t)[ifindex(t, tp.lbdIf)]; n != 1 {
+		t.Errorf("%d ARP sockets open on %s in standby, want 1", n, tp.lbdIf)
+	}
+	p := tp.dialPeer(t)
+	p.expectSilence(vip1)
+
+	mac := tp.lbdMAC(t)
+	a.Set(map[string][]netip.Addr{tp.lbdIf: {vip1}})
+	got := gratuitous(p.read(10*time.Second, func(all []seen) bool { return len(gratuitous(all, mac)[vip1]) >= 2 }), mac)
+	if len(got[vip1]) < 2 {
+		t.Errorf("saw %d gratuitous ARP packets for %v after the takeover, want 2", len(got[vip1]), vip1)
+	}
+	waitState(t, a, tp.lbdIf, announce.Answering)
+	p.resolve(vip1)
+
+	// Given back, standby again: still open, silent.
+	a.Set(nil)
+	waitState(t, a, tp.lbdIf, announce.Standby)
+	p.expectSilence(vip1)
+	a.Standby(nil)
+	eventually(t, tp.lbdIf+" is gone from the status", func() bool { return len(a.Status()) == 0 })
+}
+
 func TestRunReturnsOnCancelAndClosesItsSockets(t *testing.T) {
 	needNetns(t)
 	tp1 := newTopo(t, topoOpts{})

@@ -132,6 +132,10 @@ type State struct {
 	// Announce lists, per interface, the VIPs lbd answers ARP (IPv4) and
 	// NDP (IPv6) for, and the floating addresses it holds there.
 	Announce map[string][]netip.Addr
+	// Standby lists, per interface, the addresses of Announce's kind this
+	// box does not serve now (a failover pair's backup): the announcer
+	// keeps their sockets ready, so that a takeover announces at once.
+	Standby map[string][]netip.Addr
 	// Floating are the failover addresses, held or not (Input.Floating).
 	Floating []Floating
 	// SyncDaemons are the IPVS connection-sync daemons to run: master and
@@ -241,8 +245,8 @@ type Input struct {
 // Compute returns the desired state for in.
 func Compute(in Input) State {
 	t := in.Config.IPVS
-	st := State{Announce: map[string][]netip.Addr{}, Timeouts: Timeouts{TCP: t.TCPTimeout, TCPFin: t.TCPFinTimeout, UDP: t.UDPTimeout},
-		serving: in.Serving}
+	st := State{Announce: map[string][]netip.Addr{}, Standby: map[string][]netip.Addr{},
+		Timeouts: Timeouts{TCP: t.TCPTimeout, TCPFin: t.TCPFinTimeout, UDP: t.UDPTimeout}, serving: in.Serving}
 	services := in.Config.Services
 	if len(in.DiscoveredServices) > 0 {
 		services = append(slices.Clip(services), in.DiscoveredServices...)
@@ -250,9 +254,7 @@ func Compute(in Input) State {
 	in.Serving = in.Serving.resolve(services)
 	st.serving, st.Floating = in.Serving, in.Floating
 	for _, f := range in.Floating {
-		if !f.Held {
-			st.Announce[f.Link] = append(st.Announce[f.Link], f.Prefix.Addr())
-		}
+		st.announce(f.Link, f.Prefix.Addr(), !f.Held)
 	}
 	st.SyncDaemons = syncDaemons(in.Config.IPVSSync)
 	st.VIPs = vips(services, in.Prev, in.Serving)
@@ -290,8 +292,8 @@ func Compute(in Input) State {
 			if s.FWMark == 0 {
 				add(vip, s.Port, false)
 			}
-			if s.Announce == config.AnnounceARP && in.Serving.Serves(vip) {
-				st.Announce[s.AnnounceInterface] = append(st.Announce[s.AnnounceInterface], vip)
+			if s.Announce == config.AnnounceARP {
+				st.announce(s.AnnounceInterface, vip, in.Serving.Serves(vip))
 			}
 		}
 		if s.FWMark != 0 {
@@ -312,11 +314,26 @@ func Compute(in Input) State {
 	if !slices.IsSortedFunc(st.Services, byKey) {
 		slices.SortFunc(st.Services, byKey)
 	}
-	for iface, as := range st.Announce {
-		slices.SortFunc(as, netip.Addr.Compare)
-		st.Announce[iface] = slices.Compact(as)
-	}
+	sortAddrs(st.Announce)
+	sortAddrs(st.Standby)
 	return st
+}
+
+// announce adds addr on iface to Announce when served, else to Standby.
+func (st *State) announce(iface string, addr netip.Addr, served bool) {
+	m := st.Standby
+	if served {
+		m = st.Announce
+	}
+	m[iface] = append(m[iface], addr)
+}
+
+// sortAddrs sorts and deduplicates each list of m.
+func sortAddrs(m map[string][]netip.Addr) {
+	for iface, as := range m {
+		slices.SortFunc(as, netip.Addr.Compare)
+		m[iface] = slices.Compact(as)
+	}
 }
 
 // virtualServers counts the services' virtual servers: one per VIP, or

@@ -25,21 +25,22 @@ protocol = "udp"
 real_server = [{ address = "10.0.0.2" }]
 `)
 	a, b, dns := netip.MustParseAddr("192.0.2.10"), netip.MustParseAddr("192.0.2.11"), netip.MustParseAddr("192.0.2.53")
+	// standbyEth0: the announced kind not served, whose sockets stay ready.
 	tests := []struct {
-		name         string
-		serving      Serving
-		vips         string
-		announceEth0 string
+		name                      string
+		serving                   Serving
+		vips                      string
+		announceEth0, standbyEth0 string
 	}{
-		{"the zero value serves all", Serving{}, "[192.0.2.10 192.0.2.11 192.0.2.53]", "[192.0.2.10 192.0.2.11]"},
-		{"one VIP of a service", ServeOnly(b), "[192.0.2.11]", "[192.0.2.11]"},
-		{"another service's VIP", ServeOnly(dns), "[192.0.2.53]", "[]"},
-		{"standby: none", ServeOnly(), "[]", "[]"},
-		{"an address no service has", ServeOnly(netip.MustParseAddr("192.0.2.99"), a), "[192.0.2.10]", "[192.0.2.10]"},
-		{"VRRP backup of web", HoldServices(false, "web"), "[192.0.2.53]", "[]"},
-		{"VRRP backup of dns", HoldServices(false, "dns", "no-such"), "[192.0.2.10 192.0.2.11]", "[192.0.2.10 192.0.2.11]"},
-		{"VRRP backup of all", HoldServices(true), "[]", "[]"},
-		{"VRRP master of all", HoldServices(false), "[192.0.2.10 192.0.2.11 192.0.2.53]", "[192.0.2.10 192.0.2.11]"},
+		{"the zero value serves all", Serving{}, "[192.0.2.10 192.0.2.11 192.0.2.53]", "[192.0.2.10 192.0.2.11]", "[]"},
+		{"one VIP of a service", ServeOnly(b), "[192.0.2.11]", "[192.0.2.11]", "[192.0.2.10]"},
+		{"another service's VIP", ServeOnly(dns), "[192.0.2.53]", "[]", "[192.0.2.10 192.0.2.11]"},
+		{"standby: none", ServeOnly(), "[]", "[]", "[192.0.2.10 192.0.2.11]"},
+		{"an address no service has", ServeOnly(netip.MustParseAddr("192.0.2.99"), a), "[192.0.2.10]", "[192.0.2.10]", "[192.0.2.11]"},
+		{"VRRP backup of web", HoldServices(false, "web"), "[192.0.2.53]", "[]", "[192.0.2.10 192.0.2.11]"},
+		{"VRRP backup of dns", HoldServices(false, "dns", "no-such"), "[192.0.2.10 192.0.2.11]", "[192.0.2.10 192.0.2.11]", "[]"},
+		{"VRRP backup of all", HoldServices(true), "[]", "[]", "[192.0.2.10 192.0.2.11]"},
+		{"VRRP master of all", HoldServices(false), "[192.0.2.10 192.0.2.11 192.0.2.53]", "[192.0.2.10 192.0.2.11]", "[]"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -49,6 +50,9 @@ real_server = [{ address = "10.0.0.2" }]
 			}
 			if got := fmt.Sprint(st.Announce["eth0"]); got != tt.announceEth0 {
 				t.Errorf("announced on eth0: %s, want %s", got, tt.announceEth0)
+			}
+			if got := fmt.Sprint(st.Standby["eth0"]); got != tt.standbyEth0 {
+				t.Errorf("standby on eth0: %s, want %s", got, tt.standbyEth0)
 			}
 			if len(st.Services) != 3 {
 				t.Errorf("%d virtual servers, want all 3 whatever is served", len(st.Services))
@@ -79,6 +83,9 @@ real_server = [{ address = "10.0.0.1" }]
 	}
 	if got := fmt.Sprint(st.Announce); got != "map[eth1:[198.18.3.1 2001:2:0:3::1]]" {
 		t.Errorf("Announce %s, want the floating addresses not held, of both families, on their link", got)
+	}
+	if got := fmt.Sprint(st.Standby); got != "map[eth0:[198.18.2.10]]" {
+		t.Errorf("Standby %s, want the held floating address on its link", got)
 	}
 }
 
