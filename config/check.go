@@ -13,7 +13,7 @@ import (
 
 var (
 	checkTypes = []string{string(CheckNone), string(CheckTCP), string(CheckHTTP), string(CheckHTTPS),
-		string(CheckUDP), string(CheckDNS), string(CheckExec)}
+		string(CheckUDP), string(CheckDNS), string(CheckExec), string(CheckSCTP)}
 	dnsTypes  = []string{"A", "AAAA", "CNAME", "MX", "NS", "PTR", "SOA", "SRV", "TXT"}
 	dnsRcodes = []string{"NOERROR", "FORMERR", "SERVFAIL", "NXDOMAIN", "NOTIMP", "REFUSED"}
 
@@ -37,8 +37,10 @@ var (
 )
 
 // defaultCheck is the check of a service without [service.health_check]:
-// a TCP connect for TCP services; UDP has no protocol-neutral check, so
-// UDP real servers are taken as healthy unless a check is configured.
+// a connect in the service's protocol for TCP and SCTP services (an SCTP
+// association is set up and aborted as a TCP connection is); UDP has no
+// protocol-neutral check, so UDP real servers are taken as healthy unless
+// a check is configured.
 func defaultCheck(p lvs.Protocol) HealthCheck {
 	c := HealthCheck{
 		Type:           CheckTCP,
@@ -54,8 +56,11 @@ func defaultCheck(p lvs.Protocol) HealthCheck {
 		ExpectRcode:    "NOERROR",
 		User:           defaultCheckUser,
 	}
-	if p == lvs.UDP {
+	switch p {
+	case lvs.UDP:
 		c.Type = CheckNone
+	case lvs.SCTP:
+		c.Type = CheckSCTP
 	}
 	return c
 }

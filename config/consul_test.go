@@ -57,8 +57,8 @@ func TestServiceFromConsul(t *testing.T) {
 			`meta lbd-vip: `}},
 		{"mixed families", map[string]string{"lbd-vip": "198.51.100.1,2001:db8:100::1", "lbd-port": "80"}, []string{
 			`meta lbd-vip: 2001:db8:100::1 is IPv6 but the first VIP`}},
-		{"sctp", map[string]string{"lbd-vip": "198.51.100.1", "lbd-port": "80", "lbd-protocol": "sctp"}, []string{
-			`meta lbd-protocol: sctp is not supported`}},
+		{"unknown protocol", map[string]string{"lbd-vip": "198.51.100.1", "lbd-port": "80", "lbd-protocol": "SCTP"}, []string{
+			`meta lbd-protocol: "SCTP" is not accepted (did you mean "sctp"?); expected one of: tcp, udp, sctp`}},
 		{"unknown scheduler", map[string]string{"lbd-vip": "198.51.100.1", "lbd-port": "80", "lbd-scheduler": "fastest"}, []string{
 			`meta lbd-scheduler: `}},
 		{"typo in a key", map[string]string{"lbd-vip": "198.51.100.1", "lbd-port": "80", "lbd-sheduler": "rr"}, []string{

@@ -221,10 +221,7 @@ func decodeServiceName(n *node, s *Service) {
 
 func decodeProtocol(n *node, s *Service) {
 	var proto string
-	if v, ok := n.t.Get("protocol"); ok && v == "sctp" {
-		n.get("protocol")
-		n.errorf("protocol", "sctp is not supported yet (lbd has not proven it end to end); expected tcp or udp")
-	} else if n.oneOf("protocol", &proto, string(lvs.TCP), string(lvs.UDP)) {
+	if n.oneOf("protocol", &proto, string(lvs.TCP), string(lvs.UDP), string(lvs.SCTP)) {
 		s.Protocol = lvs.Protocol(proto)
 	}
 }

@@ -29,7 +29,7 @@ func (r PortRange) String() string {
 const maxMarked = 65536
 
 // portChecks lists the check types that connect to a port.
-var portChecks = map[CheckType]bool{CheckTCP: true, CheckHTTP: true, CheckHTTPS: true, CheckUDP: true, CheckDNS: true}
+var portChecks = map[CheckType]bool{CheckTCP: true, CheckHTTP: true, CheckHTTPS: true, CheckUDP: true, CheckDNS: true, CheckSCTP: true}
 
 // decodeFWMark decodes a firewall-mark service's key (keepalived's
 // virtual_server fwmark): fwmark, the ports lbd marks on the VIPs, and

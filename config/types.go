@@ -415,6 +415,9 @@ const (
 	CheckUDP   CheckType = "udp"
 	CheckDNS   CheckType = "dns"
 	CheckExec  CheckType = "exec"
+	// CheckSCTP sets up an SCTP association and aborts it: SCTP's TCP
+	// connect.
+	CheckSCTP CheckType = "sctp"
 )
 
 // HealthCheck defines how real servers are checked.

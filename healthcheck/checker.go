@@ -1,7 +1,8 @@
 package healthcheck
 
 // The checkers: this file holds their API and shared helpers, and one file
-// per check type (tcp.go, http.go, udp.go, dns.go, exec.go) each checker.
+// per check type (tcp.go, http.go, udp.go, dns.go, exec.go, sctp.go) each
+// checker.
 
 import (
 	"context"
@@ -54,6 +55,8 @@ func NewChecker(hc config.HealthCheck) (Checker, error) {
 	switch hc.Type {
 	case config.CheckTCP:
 		c = newTCPChecker(hc)
+	case config.CheckSCTP:
+		c = newSCTPChecker(hc)
 	case config.CheckHTTP, config.CheckHTTPS:
 		c, err = newHTTPChecker(hc)
 	case config.CheckUDP:

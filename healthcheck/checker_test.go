@@ -167,7 +167,7 @@ func TestNewCheckerErrors(t *testing.T) {
 // scheduler's bug, reported rather than dialed.
 func TestCheckerInvalidTarget(t *testing.T) {
 	t.Parallel()
-	for _, typ := range []config.CheckType{config.CheckTCP, config.CheckHTTP, config.CheckUDP, config.CheckDNS, config.CheckExec} {
+	for _, typ := range []config.CheckType{config.CheckTCP, config.CheckHTTP, config.CheckUDP, config.CheckDNS, config.CheckExec, config.CheckSCTP} {
 		hc := checkerTestHC(typ)
 		hc.Payload, hc.QueryName, hc.Command = []byte("x"), "a.test.", []string{"/bin/true"}
 		c := checkerTestNew(t, hc)

@@ -43,7 +43,7 @@ func (c *tcpChecker) Check(ctx context.Context, t Target) error {
 	if err != nil {
 		return err
 	}
-	if err := tcpProbe(ctx, c.local, raddr, deadline, c.wait); err != nil {
+	if err := tcpProbe(ctx, 0, c.local, raddr, deadline, c.wait); err != nil {
 		if err == syscall.ECONNREFUSED && ctx.Err() == nil {
 			return tcpRefused{} // what checkerErr would say, without formatting it every time
 		}
@@ -61,11 +61,13 @@ func (tcpRefused) Error() string { return "connect: connection refused" }
 
 func (tcpRefused) Unwrap() error { return syscall.ECONNREFUSED }
 
-// tcpProbe connects from local (zero: the kernel's choice) to raddr and
-// closes the connection with a reset. It returns nil when the connection
-// was established, and otherwise a system call's errno, ctx's error or the
-// poller's timeout, for checkerErr.
-func tcpProbe(ctx context.Context, local, raddr netip.AddrPort, deadline time.Time, wait bool) error {
+// tcpProbe connects a stream socket of protocol proto (0: TCP, or
+// IPPROTO_SCTP: a one-to-one SCTP socket, whose connect and poll behave
+// as TCP's) from local (zero: the kernel's choice) to raddr and closes
+// the connection with a reset (SCTP: an ABORT). It returns nil when the
+// connection was established, and otherwise a system call's errno, ctx's
+// error or the poller's timeout, for checkerErr.
+func tcpProbe(ctx context.Context, proto int, local, raddr netip.AddrPort, deadline time.Time, wait bool) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -85,11 +87,11 @@ func tcpProbe(ctx context.Context, local, raddr netip.AddrPort, deadline time.Ti
 			return err
 		}
 	}
-	fd, err := unix.Socket(family, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+	fd, err := unix.Socket(family, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, proto)
 	if err != nil {
 		return err
 	}
-	done, err := tcpStart(fd, family, &lsa, &rsa, wait)
+	done, err := tcpStart(fd, family, proto, &lsa, &rsa, wait)
 	if !done {
 		return tcpWait(ctx, fd, deadline) // closes fd
 	}
@@ -103,7 +105,7 @@ func tcpProbe(ctx context.Context, local, raddr netip.AddrPort, deadline time.Ti
 // tcpStart binds fd to lsa (when set) and starts connecting it to rsa. It
 // reports done when the outcome is known already: an error, or the
 // connection established (err nil).
-func tcpStart(fd, family int, lsa, rsa *tcpSockaddr, wait bool) (done bool, err error) {
+func tcpStart(fd, family, proto int, lsa, rsa *tcpSockaddr, wait bool) (done bool, err error) {
 	if family == unix.AF_INET6 && (lsa.mapped() || rsa.mapped()) {
 		// As net.Dialer: accept IPv4-mapped addresses whatever the
 		// net.ipv6.bindv6only sysctl says.
@@ -114,9 +116,12 @@ func tcpStart(fd, family int, lsa, rsa *tcpSockaddr, wait bool) (done bool, err 
 	if lsa.len != 0 {
 		// Bound to port 0, the socket would take a port free towards every
 		// destination; IP_BIND_ADDRESS_NO_PORT defers the choice to connect
-		// (see checkerDialer).
-		if err := unix.SetsockoptInt(fd, unix.IPPROTO_IP, unix.IP_BIND_ADDRESS_NO_PORT, 1); err != nil {
-			return true, err
+		// (see checkerDialer). SCTP's bind takes its port at once,
+		// whatever the option says.
+		if proto == 0 {
+			if err := unix.SetsockoptInt(fd, unix.IPPROTO_IP, unix.IP_BIND_ADDRESS_NO_PORT, 1); err != nil {
+				return true, err
+			}
 		}
 		if _, _, e := syscall.RawSyscall(unix.SYS_BIND, uintptr(fd), uintptr(unsafe.Pointer(&lsa.raw)), uintptr(lsa.len)); e != 0 {
 			return true, e

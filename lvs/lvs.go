@@ -13,13 +13,64 @@ import (
 	"strings"
 )
 
-// Protocol is a virtual service's transport protocol.
+// Protocol is a virtual service's transport protocol, named as ipset and
+// the configuration write it.
 type Protocol string
 
 const (
-	TCP Protocol = "tcp"
-	UDP Protocol = "udp"
+	TCP  Protocol = "tcp"
+	UDP  Protocol = "udp"
+	SCTP Protocol = "sctp"
 )
+
+// Protocols lists the protocols lbd serves, in the order the
+// configuration's messages list them.
+func Protocols() []Protocol { return []Protocol{TCP, UDP, SCTP} }
+
+// IP protocol numbers (IANA), as IPVS, ipset and sockets take them.
+const (
+	protoTCP  = 6
+	protoUDP  = 17
+	protoSCTP = 132
+)
+
+// Number is p's IP protocol number, 0 for a protocol lbd does not serve.
+func (p Protocol) Number() uint8 {
+	switch p {
+	case TCP:
+		return protoTCP
+	case UDP:
+		return protoUDP
+	case SCTP:
+		return protoSCTP
+	}
+	return 0
+}
+
+// ProtocolOf returns the protocol of IP protocol number n, and whether
+// lbd serves it.
+func ProtocolOf(n uint8) (Protocol, bool) {
+	switch n {
+	case protoTCP:
+		return TCP, true
+	case protoUDP:
+		return UDP, true
+	case protoSCTP:
+		return SCTP, true
+	}
+	return "", false
+}
+
+// ParseProtocol returns the protocol named s ("tcp", "udp", "sctp"), and
+// whether lbd serves it.
+func ParseProtocol(s string) (Protocol, bool) {
+	for _, p := range Protocols() {
+		if string(p) == s {
+			return p, true
+		}
+	}
+	return "", false
+}
 
 // Key identifies an IPVS virtual server: an address, port and protocol,
 // or a firewall mark (FWMark not 0) with the address family it serves.
@@ -99,9 +150,9 @@ type HealthKey struct {
 }
 
 // ParseKey parses a key as Key.String writes it: "192.0.2.10:80/tcp",
-// "[2001:2::1]:53/udp" or "fwmark:7/ipv4".
+// "[2001:2::1]:53/udp", "198.18.0.1:2905/sctp" or "fwmark:7/ipv4".
 func ParseKey(s string) (Key, error) {
-	bad := fmt.Errorf("bad virtual server key %q: want ADDRESS:PORT/tcp|udp or fwmark:MARK/ipv4|ipv6", s)
+	bad := fmt.Errorf("bad virtual server key %q: want ADDRESS:PORT/tcp|udp|sctp or fwmark:MARK/ipv4|ipv6", s)
 	left, right, ok := strings.Cut(s, "/")
 	if !ok {
 		return Key{}, bad
@@ -118,10 +169,11 @@ func ParseKey(s string) (Key, error) {
 		return FWMarkKey(uint32(m), f), nil
 	}
 	a, err := netip.ParseAddrPort(left)
-	if err != nil || (right != string(TCP) && right != string(UDP)) {
+	p, known := ParseProtocol(right)
+	if err != nil || !known {
 		return Key{}, bad
 	}
-	return Key{Addr: a.Addr(), Port: a.Port(), Protocol: Protocol(right)}, nil
+	return Key{Addr: a.Addr(), Port: a.Port(), Protocol: p}, nil
 }
 
 // Method is how IPVS forwards a packet to a real server.

@@ -19,6 +19,7 @@ func TestKeyCompare(t *testing.T) {
 		{key("198.18.0.1", 80, TCP), key("198.18.0.2", 80, TCP), -1},
 		{key("198.18.0.1", 443, TCP), key("198.18.0.1", 80, TCP), 1},
 		{key("198.18.0.1", 53, TCP), key("198.18.0.1", 53, UDP), -1},
+		{key("198.18.0.1", 53, SCTP), key("198.18.0.1", 53, TCP), -1},
 		{key("2001:2::1", 80, TCP), key("198.18.0.1", 80, TCP), 1},
 		// Firewall-mark virtual servers come after the address ones.
 		{FWMarkKey(1, IPv4), key("2001:2::1", 80, TCP), 1},
@@ -39,6 +40,8 @@ func TestKeyStringParse(t *testing.T) {
 	}{
 		{key("198.18.0.1", 80, TCP), "198.18.0.1:80/tcp"},
 		{key("2001:2::1", 53, UDP), "[2001:2::1]:53/udp"},
+		{key("198.18.0.1", 2905, SCTP), "198.18.0.1:2905/sctp"},
+		{key("2001:2::1", 3868, SCTP), "[2001:2::1]:3868/sctp"},
 		{FWMarkKey(7, IPv4), "fwmark:7/ipv4"},
 		{FWMarkKey(4294967295, IPv6), "fwmark:4294967295/ipv6"},
 	} {
@@ -50,11 +53,41 @@ func TestKeyStringParse(t *testing.T) {
 			t.Errorf("ParseKey(%q) = %v, %v; want %v", tc.text, got, err, tc.key)
 		}
 	}
-	for _, bad := range []string{"", "198.18.0.1:80", "198.18.0.1:80/sctp", "198.18.0.1/tcp",
+	for _, bad := range []string{"", "198.18.0.1:80", "198.18.0.1:80/SCTP", "198.18.0.1:80/dccp", "198.18.0.1/tcp",
 		"fwmark:0/ipv4", "fwmark:x/ipv4", "fwmark:4294967296/ipv4", "fwmark:1/inet", "fwmark:1"} {
 		if k, err := ParseKey(bad); err == nil {
 			t.Errorf("ParseKey(%q) = %v; want an error", bad, k)
 		}
+	}
+}
+
+func TestProtocolNumbers(t *testing.T) {
+	for _, tc := range []struct {
+		p   Protocol
+		num uint8
+	}{{TCP, 6}, {UDP, 17}, {SCTP, 132}} {
+		if got := tc.p.Number(); got != tc.num {
+			t.Errorf("%s.Number() = %d, want %d", tc.p, got, tc.num)
+		}
+		if got, ok := ProtocolOf(tc.num); !ok || got != tc.p {
+			t.Errorf("ProtocolOf(%d) = %q, %v; want %q", tc.num, got, ok, tc.p)
+		}
+		if got, ok := ParseProtocol(string(tc.p)); !ok || got != tc.p {
+			t.Errorf("ParseProtocol(%q) = %q, %v", tc.p, got, ok)
+		}
+	}
+	for _, n := range []uint8{0, 1, 33, 136, 255} { // ICMP, DCCP, UDP-Lite: not lbd's
+		if p, ok := ProtocolOf(n); ok {
+			t.Errorf("ProtocolOf(%d) = %q; want none", n, p)
+		}
+	}
+	for _, s := range []string{"", "TCP", "dccp", "udplite"} {
+		if p, ok := ParseProtocol(s); ok {
+			t.Errorf("ParseProtocol(%q) = %q; want none", s, p)
+		}
+	}
+	if got := Protocol("dccp").Number(); got != 0 {
+		t.Errorf("dccp.Number() = %d, want 0", got)
 	}
 }
 

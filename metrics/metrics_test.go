@@ -176,15 +176,18 @@ lbd_ipvs_stats_read_errors 1
 func TestRealServerMetrics(t *testing.T) {
 	m := New()
 	web := lvs.Key{Addr: netip.MustParseAddr("192.0.2.10"), Port: 80, Protocol: lvs.TCP}
+	sig := lvs.Key{Addr: netip.MustParseAddr("192.0.2.10"), Port: 2905, Protocol: lvs.SCTP} // associations count as connections
 	rs := netip.MustParseAddrPort("10.0.0.1:8080")
 	m.WatchRealServers(func() map[lvs.Key]map[netip.AddrPort]ipvs.Conns {
-		return map[lvs.Key]map[netip.AddrPort]ipvs.Conns{web: {rs: {Active: 3, Inactive: 9}}}
-	}, func() map[lvs.Key]string { return map[lvs.Key]string{web: "web"} })
+		return map[lvs.Key]map[netip.AddrPort]ipvs.Conns{web: {rs: {Active: 3, Inactive: 9}}, sig: {netip.MustParseAddrPort("10.0.0.1:2905"): {Active: 2}}}
+	}, func() map[lvs.Key]string { return map[lvs.Key]string{web: "web", sig: "sig"} })
 	want := `
 # HELP lbd_ipvs_real_server_connections A real server's connections in the kernel by state (active, inactive), as of the last full reconcile.
 # TYPE lbd_ipvs_real_server_connections gauge
 lbd_ipvs_real_server_connections{real_server="10.0.0.1:8080",service="web",state="active",virtual_server="192.0.2.10:80/tcp"} 3
 lbd_ipvs_real_server_connections{real_server="10.0.0.1:8080",service="web",state="inactive",virtual_server="192.0.2.10:80/tcp"} 9
+lbd_ipvs_real_server_connections{real_server="10.0.0.1:2905",service="sig",state="active",virtual_server="192.0.2.10:2905/sctp"} 2
+lbd_ipvs_real_server_connections{real_server="10.0.0.1:2905",service="sig",state="inactive",virtual_server="192.0.2.10:2905/sctp"} 0
 `
 	if err := testutil.GatherAndCompare(m.Registry(), strings.NewReader(want), "lbd_ipvs_real_server_connections"); err != nil {
 		t.Error(err)

@@ -58,13 +58,8 @@ func ByVirtual(services map[lvs.Key]Service) Services {
 			s, ok := m[lvs.FWMarkKey(mark, fam)]
 			return s, ok
 		}
-		var p lvs.Protocol
-		switch c.Protocol {
-		case ProtoTCP:
-			p = lvs.TCP
-		case ProtoUDP:
-			p = lvs.UDP
-		default:
+		p, ok := lvs.ProtocolOf(uint8(c.Protocol))
+		if !ok {
 			return Service{}, false
 		}
 		s, ok := m[lvs.Key{Addr: c.Virtual.Addr(), Port: c.Virtual.Port(), Protocol: p}]

@@ -255,6 +255,7 @@ func TestByVirtual(t *testing.T) {
 		{Addr: netip.MustParseAddr("::ffff:198.18.100.1"), Port: 80, Protocol: lvs.TCP}: {Persistence: time.Minute},
 		{Addr: netip.MustParseAddr("198.18.100.1"), Port: 0, Protocol: lvs.UDP}:         {Forward: lvs.DR},
 		lvs.FWMarkKey(7, lvs.IPv6): {},
+		{Addr: netip.MustParseAddr("198.18.100.2"), Port: 2905, Protocol: lvs.SCTP}: {Persistence: time.Hour},
 	})
 	for _, tc := range []struct {
 		name string
@@ -267,7 +268,8 @@ func TestByVirtual(t *testing.T) {
 		{"template of a port-0 service", Conn{Protocol: ProtoUDP, Virtual: ap("198.18.100.1:0"), Client: ap("198.18.1.1:0"), Template: true}, Service{Forward: lvs.DR}, true},
 		{"IPv6 firewall-mark template: the mark set", Conn{Protocol: ProtoIP, Virtual: ap("[0:7::]:0"), Client: ap("[2001:2::1]:0"), Template: true}, Service{FWMark: 7}, true},
 		{"IPv4 template of that mark", Conn{Protocol: ProtoIP, Virtual: ap("0.0.0.7:0"), Client: ap("198.18.1.1:0"), Template: true}, Service{}, false},
-		{"SCTP", Conn{Protocol: ProtoSCTP, Virtual: ap("198.18.100.1:80"), Client: ap("198.18.1.1:1")}, Service{}, false},
+		{"SCTP", Conn{Protocol: ProtoSCTP, Virtual: ap("198.18.100.2:2905"), Client: ap("198.18.1.1:1")}, Service{Persistence: time.Hour}, true},
+		{"SCTP to a TCP service's port", Conn{Protocol: ProtoSCTP, Virtual: ap("198.18.100.1:80"), Client: ap("198.18.1.1:1")}, Service{}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, ok := svc(tc.c)

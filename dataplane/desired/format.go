@@ -47,8 +47,11 @@ func serviceFlag(k lvs.Key) string {
 		return fmt.Sprintf("-f %d", k.FWMark)
 	}
 	opt := "-t"
-	if k.Protocol == lvs.UDP {
+	switch k.Protocol {
+	case lvs.UDP:
 		opt = "-u"
+	case lvs.SCTP:
+		opt = "--sctp-service" // ipvsadm has no short option for it
 	}
 	return fmt.Sprintf("%s %s", opt, netipAddrPort(k))
 }

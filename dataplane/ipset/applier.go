@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -474,10 +475,7 @@ func (k key) entry() desired.SetEntry {
 		return e
 	}
 	e.IP, e.Port = addr(k.ip), k.port
-	e.Proto = lvs.TCP
-	if k.proto == syscall.IPPROTO_UDP {
-		e.Proto = lvs.UDP
-	}
+	e.Proto = entryProto(k.proto)
 	switch {
 	case spec.SkbInfo:
 		e.Mark = binary.BigEndian.Uint32(k.ip2[:])
@@ -489,12 +487,26 @@ func (k key) entry() desired.SetEntry {
 	return e
 }
 
-// protoNum is the IP protocol number of p (TCP unless UDP).
+// protoNum is the IP protocol number of p: one lbd serves, one
+// entryProto read as its number, else TCP.
 func protoNum(p lvs.Protocol) uint8 {
-	if p == lvs.UDP {
-		return syscall.IPPROTO_UDP
+	if n := p.Number(); n != 0 {
+		return n
+	}
+	if n, err := strconv.ParseUint(string(p), 10, 8); err == nil {
+		return uint8(n)
 	}
 	return syscall.IPPROTO_TCP
+}
+
+// entryProto is the protocol of an entry's protocol number n. One lbd
+// does not serve (a foreign entry in lbd's set) reads as its number,
+// which no wanted entry has: the entry differs, and is replaced.
+func entryProto(n uint8) lvs.Protocol {
+	if p, ok := lvs.ProtocolOf(n); ok {
+		return p
+	}
+	return lvs.Protocol(strconv.Itoa(int(n)))
 }
 
 func (k key) compare(o key) int {

@@ -30,8 +30,8 @@ func randomState(t *testing.T, r *rand.Rand, prev *desired.State) desired.State 
 		b.WriteString("real_server_networks = [\"10.0.0.0/24\"]\n")
 	}
 	for i := range r.IntN(7) {
-		fmt.Fprintf(&b, "[[service]]\nname = \"s%d\"\nvips = [\"192.0.2.%d\"]\nport = %d\nsnat = %q\n", i, 1+r.IntN(3), 80+i,
-			[]string{"auto", "always", "never"}[r.IntN(3)])
+		fmt.Fprintf(&b, "[[service]]\nname = \"s%d\"\nvips = [\"192.0.2.%d\"]\nport = %d\nsnat = %q\nprotocol = %q\n", i, 1+r.IntN(3), 80+i,
+			[]string{"auto", "always", "never"}[r.IntN(3)], []string{"tcp", "tcp", "udp", "sctp"}[r.IntN(4)])
 		if r.IntN(3) == 0 {
 			fmt.Fprintf(&b, "node_port = %d\n", 30000+i)
 		}

@@ -24,7 +24,6 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
-	"syscall"
 	"time"
 
 	"github.com/vishvananda/netlink/nl"
@@ -183,7 +182,7 @@ func (w *batchWriter) appendOp(op *Op, flags uint16) {
 	switch {
 	case e.IP.IsValid():
 		w.addr(nl.IPSET_ATTR_IP, e.IP)
-		w.ports(e.IP2, e.Net, e.Port, e.Proto == "udp")
+		w.ports(e.IP2, e.Net, e.Port, protoNum(e.Proto))
 		if e.Mark != 0 {
 			w.skbmark(e.Mark)
 		}
@@ -203,7 +202,7 @@ func (w *batchWriter) appendOp(op *Op, flags uint16) {
 // ports encodes what follows an entry's first address, in
 // buildEntryData's order: the second address or network, then the
 // protocol and port.
-func (w *batchWriter) ports(ip2 netip.Addr, net netip.Prefix, port uint16, udp bool) {
+func (w *batchWriter) ports(ip2 netip.Addr, net netip.Prefix, port uint16, proto uint8) {
 	switch {
 	case ip2.IsValid():
 		w.addr(nl.IPSET_ATTR_IP2, ip2)
@@ -214,10 +213,6 @@ func (w *batchWriter) ports(ip2 netip.Addr, net netip.Prefix, port uint16, udp b
 		}
 	}
 	if port != 0 {
-		proto := uint8(syscall.IPPROTO_TCP)
-		if udp {
-			proto = syscall.IPPROTO_UDP
-		}
 		w.attr(nl.IPSET_ATTR_PROTO, proto)
 		p := w.beginAttr(nl.IPSET_ATTR_PORT | nl.NLA_F_NET_BYTEORDER)
 		w.buf = binary.BigEndian.AppendUint16(w.buf, port)

@@ -16,7 +16,6 @@ import (
 
 	"github.com/lbdproject/lbd/dataplane/desired"
 	"github.com/lbdproject/lbd/dataplane/genl"
-	"github.com/lbdproject/lbd/lvs"
 )
 
 // The dump speaks the ipset netlink protocol as vishvananda/netlink's
@@ -304,7 +303,7 @@ func cadtFlags(data []byte) uint32 {
 
 // parseEntry reads an entry's IPSET_ATTR_DATA as a set of type t holds it:
 // addresses unmapped, a network without a prefix length a host's, a port
-// with its protocol (TCP unless UDP).
+// with its protocol.
 func parseEntry(t desired.SetType, b []byte) (desired.SetEntry, error) {
 	var ip, ip2 netip.Addr
 	var cidr, cidr2, proto uint8
@@ -362,10 +361,7 @@ func parseEntry(t desired.SetType, b []byte) (desired.SetEntry, error) {
 	}
 	e.IP, e.Mark = ip, mark
 	if hasPort && hasProto {
-		e.Port, e.Proto = port, lvs.TCP
-		if proto == syscall.IPPROTO_UDP {
-			e.Proto = lvs.UDP
-		}
+		e.Port, e.Proto = port, entryProto(proto)
 	}
 	if ip2.IsValid() {
 		switch ip2 = ip2.Unmap(); t {

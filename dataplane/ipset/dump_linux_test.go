@@ -10,7 +10,6 @@ import (
 	"runtime/metrics"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -53,7 +52,7 @@ func restore(t *testing.T, ns, lines string) {
 }
 
 // randomEntries makes n distinct entries of the spec's type and family,
-// with host and shorter networks, TCP and UDP.
+// with host and shorter networks, TCP, UDP and SCTP.
 func randomEntries(r *rand.Rand, spec desired.SetSpec, n int) []desired.SetEntry {
 	ip := func() netip.Addr {
 		if spec.Family == 6 {
@@ -84,10 +83,8 @@ func randomEntries(r *rand.Rand, spec desired.SetSpec, n int) []desired.SetEntry
 		case desired.HashNet:
 			e.Net = net()
 		default:
-			e.IP, e.Port, e.Proto = ip(), uint16(1+r.IntN(65535)), lvs.TCP
-			if r.IntN(2) == 0 {
-				e.Proto = lvs.UDP
-			}
+			protos := lvs.Protocols()
+			e.IP, e.Port, e.Proto = ip(), uint16(1+r.IntN(65535)), protos[r.IntN(len(protos))]
 			switch spec.Type {
 			case desired.HashIPPortIP:
 				e.IP2 = ip()
@@ -392,11 +389,7 @@ func fromNetlink(t desired.SetType, n netlink.IPSetEntry) (desired.SetEntry, err
 	}
 	e.IP = ip
 	if n.Port != nil && n.Protocol != nil {
-		e.Port = *n.Port
-		e.Proto = lvs.TCP
-		if *n.Protocol == syscall.IPPROTO_UDP {
-			e.Proto = lvs.UDP
-		}
+		e.Port, e.Proto = *n.Port, entryProto(*n.Protocol)
 	}
 	ip2, ok := netip.AddrFromSlice(n.IP2)
 	switch {

@@ -337,11 +337,7 @@ func (w *batchWriter) serviceKey(s *Service) {
 		w.U32(ipvsSvcAttrFWMark, s.Key.FWMark) // the kernel then ignores address, port, protocol
 		return
 	}
-	proto := uint16(unix.IPPROTO_TCP)
-	if s.Key.Protocol == lvs.UDP {
-		proto = unix.IPPROTO_UDP
-	}
-	w.U16(ipvsSvcAttrProtocol, proto)
+	w.U16(ipvsSvcAttrProtocol, ipvsProtocol(s.Key))
 	if a.Is6() && !a.Is4In6() {
 		b := a.As16()
 		w.Bytes(ipvsSvcAttrAddress, b[:])

@@ -181,6 +181,27 @@ func TestRecordAnswer(t *testing.T) {
 	}
 }
 
+// TestEncodeProtocol checks that each protocol names its virtual server
+// by its IP protocol number, in the service and in its destinations'
+// requests.
+func TestEncodeProtocol(t *testing.T) {
+	for _, tc := range []struct {
+		proto lvs.Protocol
+		num   uint16
+	}{{lvs.TCP, syscall.IPPROTO_TCP}, {lvs.UDP, syscall.IPPROTO_UDP}, {lvs.SCTP, 132}} {
+		s := Service{Key: lvs.Key{Addr: netip.MustParseAddr("198.18.0.1"), Port: 2905, Protocol: tc.proto}, Scheduler: "rr",
+			Dests: []Dest{{Addr: netip.MustParseAddrPort("198.18.3.11:2905"), Weight: 1, Forward: lvs.Forward{Method: lvs.DR}}}}
+		w := &batchWriter{family: 0x1234}
+		w.appendService(&s, syscall.NLM_F_REQUEST, 0)
+		w.appendDest(&s, 0, syscall.NLM_F_REQUEST, 0)
+		for i, m := range decodeAll(t, w.Encoded()) {
+			if got := u16(m.svc[ipvsSvcAttrProtocol]); got != tc.num || !bytes.Equal(m.svc[ipvsSvcAttrPort], []byte{0x0b, 0x59}) {
+				t.Errorf("%s message %d: protocol %d port % x; want %d and 0b 59", tc.proto, i, got, m.svc[ipvsSvcAttrPort], tc.num)
+			}
+		}
+	}
+}
+
 // TestEncodeFWMarkService checks that a firewall-mark virtual server is
 // named by its family and mark alone, as the kernel expects.
 func TestEncodeFWMarkService(t *testing.T) {

@@ -33,6 +33,8 @@ func ipvsadmKey(k lvs.Key) string {
 		return fmt.Sprintf("-f %d", k.FWMark)
 	case k.Protocol == lvs.UDP:
 		return "-u " + netip.AddrPortFrom(k.Addr, k.Port).String()
+	case k.Protocol == lvs.SCTP:
+		return "--sctp-service " + netip.AddrPortFrom(k.Addr, k.Port).String()
 	}
 	return "-t " + netip.AddrPortFrom(k.Addr, k.Port).String()
 }

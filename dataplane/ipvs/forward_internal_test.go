@@ -1,6 +1,7 @@
 package ipvs
 
 import (
+	"net/netip"
 	"testing"
 	"unsafe"
 
@@ -29,5 +30,25 @@ func TestPackedForward(t *testing.T) {
 func TestDestStateSize(t *testing.T) {
 	if got := unsafe.Sizeof(destState{}); got != 56 {
 		t.Errorf("destState is %d bytes; want 56", got)
+	}
+}
+
+// TestIpvsadmKey checks how a foreign virtual server's error tells the
+// admin to name it to ipvsadm.
+func TestIpvsadmKey(t *testing.T) {
+	a := netip.MustParseAddr("198.18.0.1")
+	for _, tc := range []struct {
+		key  lvs.Key
+		want string
+	}{
+		{lvs.Key{Addr: a, Port: 80, Protocol: lvs.TCP}, "-t 198.18.0.1:80"},
+		{lvs.Key{Addr: a, Port: 53, Protocol: lvs.UDP}, "-u 198.18.0.1:53"},
+		{lvs.Key{Addr: a, Port: 2905, Protocol: lvs.SCTP}, "--sctp-service 198.18.0.1:2905"},
+		{lvs.Key{Addr: netip.MustParseAddr("2001:2::1"), Port: 2905, Protocol: lvs.SCTP}, "--sctp-service [2001:2::1]:2905"},
+		{lvs.FWMarkKey(7, lvs.IPv4), "-f 7"},
+	} {
+		if got := ipvsadmKey(tc.key); got != tc.want {
+			t.Errorf("ipvsadmKey(%v) = %q, want %q", tc.key, got, tc.want)
+		}
 	}
 }

@@ -177,13 +177,9 @@ func keyOf(s *mobyipvs.Service) (lvs.Key, error) {
 	if !ok {
 		return lvs.Key{}, fmt.Errorf("virtual server with unreadable address %v", s.Address)
 	}
-	var proto lvs.Protocol
-	switch s.Protocol {
-	case syscall.IPPROTO_TCP:
-		proto = lvs.TCP
-	case syscall.IPPROTO_UDP:
-		proto = lvs.UDP
-	default:
+	proto, known := lvs.ProtocolOf(uint8(s.Protocol))
+	if !known || s.Protocol > 0xff {
+		// Not lbd's (a DCCP one, say): a key no service of lbd's has.
 		proto = lvs.Protocol(fmt.Sprintf("proto-%d", s.Protocol))
 	}
 	if s.AddressFamily == syscall.AF_INET {
@@ -205,13 +201,10 @@ func toMoby(s Service) *mobyipvs.Service {
 		Timeout:       s.Timeout,
 		Netmask:       s.Netmask,
 		AddressFamily: syscall.AF_INET,
-		Protocol:      syscall.IPPROTO_TCP,
+		Protocol:      ipvsProtocol(s.Key),
 	}
 	if s.Key.Family() == lvs.IPv6 {
 		m.AddressFamily = syscall.AF_INET6
-	}
-	if s.Key.Protocol == lvs.UDP {
-		m.Protocol = syscall.IPPROTO_UDP
 	}
 	return m
 }
@@ -309,7 +302,7 @@ func parseProcIPVS(r io.Reader) (map[lvs.Key][]Dest, error) {
 				return nil, fmt.Errorf("line %d: %w", n, err)
 			}
 			out[*cur] = append(out[*cur], Dest{Addr: ap, Weight: w, Forward: procForward(fields[2]), ActiveConns: act, InactiveConns: inact})
-		case fields[0] == "TCP" || fields[0] == "UDP":
+		case procProtocol(fields[0]) != "":
 			if len(fields) < 2 {
 				return nil, fmt.Errorf("line %d: short line %q", n, sc.Text())
 			}
@@ -317,18 +310,35 @@ func parseProcIPVS(r io.Reader) (map[lvs.Key][]Dest, error) {
 			if err != nil {
 				return nil, fmt.Errorf("line %d: %w", n, err)
 			}
-			k := lvs.Key{Addr: ap.Addr(), Port: ap.Port(), Protocol: lvs.Protocol(strings.ToLower(fields[0]))}
+			k := lvs.Key{Addr: ap.Addr(), Port: ap.Port(), Protocol: procProtocol(fields[0])}
 			cur = &k
 			if _, seen := out[k]; seen {
 				cur = nil // shown twice by a chunked read: keep the first
 				continue
 			}
 			out[k] = nil // listed, even without destinations
-		default: // FWM, SCTP: not lbd's
+		default: // FWM (listed by mark alone), or a protocol lbd does not serve
 			cur = nil
 		}
 	}
 	return out, sc.Err()
+}
+
+// procProtocol reads /proc/net/ip_vs's protocol column (the kernel's
+// ip_vs_proto_name: "TCP", "UDP", "SCTP"); "" for one lbd does not serve.
+func procProtocol(col string) lvs.Protocol {
+	p, _ := lvs.ParseProtocol(strings.ToLower(col))
+	return p
+}
+
+// ipvsProtocol is the protocol number IPVS keys k's virtual server by
+// (TCP for a key without one: a firewall-mark key, which the kernel
+// keys by its mark instead).
+func ipvsProtocol(k lvs.Key) uint16 {
+	if n := k.Protocol.Number(); n != 0 {
+		return uint16(n)
+	}
+	return syscall.IPPROTO_TCP
 }
 
 // procForward reads /proc/net/ip_vs's forwarding column. It does not show

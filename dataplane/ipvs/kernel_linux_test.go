@@ -94,6 +94,8 @@ func TestMobyKeyRoundTrip(t *testing.T) {
 	for _, k := range []lvs.Key{
 		{Addr: netip.MustParseAddr("198.18.0.1"), Port: 80, Protocol: lvs.TCP},
 		{Addr: netip.MustParseAddr("2001:2::1"), Port: 53, Protocol: lvs.UDP},
+		{Addr: netip.MustParseAddr("198.18.0.1"), Port: 2905, Protocol: lvs.SCTP},
+		{Addr: netip.MustParseAddr("2001:2::1"), Port: 3868, Protocol: lvs.SCTP},
 		lvs.FWMarkKey(7, lvs.IPv4),
 		lvs.FWMarkKey(8, lvs.IPv6),
 	} {
@@ -107,5 +109,31 @@ func TestMobyKeyRoundTrip(t *testing.T) {
 		if err != nil || got != k {
 			t.Errorf("%v → %+v → %v, %v", k, m, got, err)
 		}
+	}
+}
+
+// TestKeyOfProtocols reads the virtual servers the kernel dumps: each
+// protocol lbd serves by its number, SCTP (132) among them; another
+// protocol as a key no service of lbd's has.
+func TestKeyOfProtocols(t *testing.T) {
+	for _, tc := range []struct {
+		proto uint16
+		want  lvs.Protocol
+	}{
+		{syscall.IPPROTO_TCP, lvs.TCP},
+		{syscall.IPPROTO_UDP, lvs.UDP},
+		{132, lvs.SCTP},
+		{33, "proto-33"},         // DCCP
+		{132 + 256, "proto-388"}, // not a protocol number: never SCTP
+	} {
+		m := &mobyipvs.Service{Address: netip.MustParseAddr("198.18.0.1").AsSlice(), Port: 2905, Protocol: tc.proto, AddressFamily: syscall.AF_INET}
+		got, err := keyOf(m)
+		want := lvs.Key{Addr: netip.MustParseAddr("198.18.0.1"), Port: 2905, Protocol: tc.want}
+		if err != nil || got != want {
+			t.Errorf("protocol %d: keyOf = %v, %v; want %v", tc.proto, got, err, want)
+		}
+	}
+	if got := keyService(lvs.Key{Addr: netip.MustParseAddr("198.18.0.1"), Port: 2905, Protocol: lvs.SCTP}).Protocol; got != 132 {
+		t.Errorf("an SCTP key is written with protocol %d; want 132", got)
 	}
 }

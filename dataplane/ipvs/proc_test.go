@@ -23,6 +23,9 @@ TCP  C000020A:0050 wrr
 FWM  00000001 rr 
   -> 0A00000D:0050      Masq    1      0          0         
 UDP  C0000235:0035 rr 
+SCTP C000020A:0B59 rr 
+  -> 0A00000B:0B59      Masq    1      4          1         
+  -> 0A00000C:0B59      Route   1      0          0         
 TCP  C000020A:0050 wrr 
   -> 0A0000FF:1F90      Masq    9      0          0         
 TCP  [2001:0db8:0000:0000:0000:0000:0000:0010]:01BB rr persistent 10800 ffffffff
@@ -41,6 +44,10 @@ TCP  [2001:0db8:0000:0000:0000:0000:0000:0010]:01BB rr persistent 10800 ffffffff
 		},
 		// Listed without destinations: present, so not read again.
 		{Addr: netip.MustParseAddr("192.0.2.53"), Port: 53, Protocol: lvs.UDP}: nil,
+		{Addr: netip.MustParseAddr("192.0.2.10"), Port: 2905, Protocol: lvs.SCTP}: {
+			{Addr: netip.MustParseAddrPort("10.0.0.11:2905"), Weight: 1, ActiveConns: 4, InactiveConns: 1},
+			{Addr: netip.MustParseAddrPort("10.0.0.12:2905"), Weight: 1, Forward: lvs.Forward{Method: lvs.DR}},
+		},
 		{Addr: netip.MustParseAddr("2001:db8::10"), Port: 443, Protocol: lvs.TCP}: {
 			{Addr: netip.MustParseAddrPort("[2001:db8:1::5]:443"), Weight: 1, InactiveConns: 1},
 		},

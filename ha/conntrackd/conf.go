@@ -25,7 +25,7 @@ type Settings struct {
 }
 
 // Render returns conntrackd's configuration for s: FTFW over unicast UDP
-// to the peer, TCP and UDP entries only, never the pair's own traffic,
+// to the peer, TCP, UDP and SCTP entries only, never the pair's own traffic,
 // logging to standard output (lbd's log).
 func Render(s Settings) string {
 	fam := "IPv4"
@@ -68,6 +68,7 @@ General {
 		Protocol Accept {
 			TCP
 			UDP
+			SCTP
 		}
 		Address Ignore {
 			IPv4_address 127.0.0.1

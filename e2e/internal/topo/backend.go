@@ -26,11 +26,15 @@ type BackendConfig struct {
 	HTTPPort int
 	UDPPort  int
 	PushPort int
+	// SCTPPort answers each SCTP association with one line, as UDP does
+	// each datagram (BackendSCTPPort; the sctp module must be loaded).
+	SCTPPort int
 }
 
 // StartBackend starts a backend on the node and waits until it listens.
-// It answers every HTTP request and UDP datagram with "id=ID client=IP:PORT"
-// (the client address it saw); GET /healthz answers "ok". On the push port
+// It answers every HTTP request, UDP datagram and SCTP association with
+// "id=ID client=IP:PORT" (the client address it saw); GET /healthz
+// answers "ok". On the push port
 // it speaks first: "id=ID client=IP:PORT seq=N", one line every PushEvery.
 // It is stopped when the test ends.
 func (n *Node) StartBackend(t testing.TB, cfg BackendConfig) *Process {
@@ -48,6 +52,9 @@ func (n *Node) StartBackend(t testing.TB, cfg BackendConfig) *Process {
 	if cfg.PushPort != 0 {
 		args = append(args, "-push", ":"+strconv.Itoa(cfg.PushPort))
 	}
+	if cfg.SCTPPort != 0 {
+		args = append(args, "-sctp", strconv.Itoa(cfg.SCTPPort))
+	}
 	return n.startSelf(t, "backend "+cfg.ID, roleBackend, args...)
 }
 
@@ -57,6 +64,9 @@ type Proto string
 const (
 	HTTP Proto = "http"
 	UDP  Proto = "udp"
+	// SCTP sets up one association per request and reads the line the
+	// backend writes on it.
+	SCTP Proto = "sctp"
 )
 
 // Answer is the outcome of one probe request.

@@ -4,6 +4,8 @@ import (
 	"net/netip"
 	"reflect"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 func TestParseProbeOutputCountsAnswersPerServer(t *testing.T) {
@@ -40,5 +42,22 @@ func TestVIPAndHostAddresses(t *testing.T) {
 	}
 	if got := hostAddr(BackendPrefix, hostBase).String(); got != "198.18.3.11" {
 		t.Errorf("first real server address = %s", got)
+	}
+}
+
+// TestSockaddrAddrPort: an SCTP backend listens on an IPv6 socket that
+// takes IPv4 too; the client it reports is IPv4 for an IPv4 peer.
+func TestSockaddrAddrPort(t *testing.T) {
+	for _, tc := range []struct {
+		sa   unix.Sockaddr
+		want string
+	}{
+		{&unix.SockaddrInet4{Addr: [4]byte{198, 18, 1, 11}, Port: 40000}, "198.18.1.11:40000"},
+		{&unix.SockaddrInet6{Addr: netip.MustParseAddr("::ffff:198.18.2.1").As16(), Port: 2905}, "198.18.2.1:2905"},
+		{&unix.SockaddrInet6{Addr: netip.MustParseAddr("2001:2:0:1::11").As16(), Port: 2905}, "[2001:2:0:1::11]:2905"},
+	} {
+		if got := sockaddrAddrPort(tc.sa).String(); got != tc.want {
+			t.Errorf("sockaddrAddrPort(%+v) = %s, want %s", tc.sa, got, tc.want)
+		}
 	}
 }

@@ -118,6 +118,7 @@ func runBackend(args []string) error {
 	httpAddr := fs.String("http", "", "HTTP listen address (empty: none)")
 	udpAddr := fs.String("udp", "", "UDP listen address (empty: none)")
 	pushAddr := fs.String("push", "", "server-first TCP listen address (empty: none)")
+	sctpPort := fs.Int("sctp", 0, "SCTP port, every address (0: none)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -127,7 +128,7 @@ func runBackend(args []string) error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	errc := make(chan error, 3)
+	errc := make(chan error, 4)
 
 	if *httpAddr != "" {
 		ln, err := net.Listen("tcp", *httpAddr)
@@ -153,6 +154,14 @@ func runBackend(args []string) error {
 			return err
 		}
 		go func() { errc <- servePush(ln, *id, PushEvery) }()
+		go func() { <-ctx.Done(); _ = ln.Close() }()
+	}
+	if *sctpPort != 0 {
+		ln, err := sctpListen(*sctpPort)
+		if err != nil {
+			return err
+		}
+		go func() { errc <- serveSCTP(ln, *id) }()
 		go func() { <-ctx.Done(); _ = ln.Close() }()
 	}
 
@@ -230,12 +239,13 @@ type writerTo struct {
 func (w writerTo) Write(b []byte) (int, error) { return w.pc.WriteTo(b, w.to) }
 
 // runProbe is a client: it sends -n requests (HTTP GET / over a new TCP
-// connection each, or one UDP datagram from a new socket each) to -target
+// connection each, one UDP datagram from a new socket each, or a new SCTP
+// association each) to -target
 // and prints one line per request: "answer <body>" or "error <reason>";
 // with -every, paced (runPaced).
 func runProbe(args []string) error {
 	fs := flag.NewFlagSet(roleProbe, flag.ContinueOnError)
-	proto := fs.String("proto", "http", "http or udp")
+	proto := fs.String("proto", "http", "http, udp or sctp")
 	target := fs.String("target", "", "IP:PORT to send to")
 	n := fs.Int("n", 1, "number of requests")
 	timeout := fs.Duration("timeout", 5*time.Second, "per-request timeout")
@@ -259,6 +269,8 @@ func runProbe(args []string) error {
 		once = func() (string, error) { return httpGet(client, url) }
 	case "udp":
 		once = func() (string, error) { return udpAsk(*target, *timeout) }
+	case "sctp":
+		once = func() (string, error) { return sctpAsk(*target, *timeout) }
 	default:
 		return fmt.Errorf("unknown -proto %q", *proto)
 	}
