@@ -1,0 +1,5 @@
+//go:build !race
+
+package conf
+
+const raceEnabled = false
