@@ -58,11 +58,45 @@ func (a *Applier) Apply(fl []desired.Floating, full bool) (Stats, error) {
 	}
 	var errs []error
 	for _, link := range links {
+		// A takeover is on the clock: what the last Apply left is known,
+		// so write the change without reading the link first.
+		if !full && a.ok && a.applyChanged(link, byLink[link], &st) {
+			continue
+		}
 		errs = append(errs, a.applyLink(link, byLink[link], &st))
 	}
 	err := errors.Join(errs...)
 	a.last, a.ok = slices.Clone(fl), err == nil
 	return st, err
+}
+
+// applyChanged writes the addresses of link whose held flag changed since
+// the last Apply (which succeeded), and reports whether that was enough:
+// not when an address is new to the applier, or a write failed (the
+// caller then reads the link and repairs).
+func (a *Applier) applyChanged(link string, fl []desired.Floating, st *Stats) bool {
+	was := make([]desired.Floating, len(fl))
+	for i, f := range fl {
+		j := slices.IndexFunc(a.last, func(l desired.Floating) bool { return l.Link == f.Link && l.Prefix == f.Prefix })
+		if j < 0 {
+			return false
+		}
+		was[i] = a.last[j]
+	}
+	for i, f := range fl {
+		if f.Held == was[i].Held {
+			continue
+		}
+		st.Writes++
+		write := a.k.Add
+		if f.Held {
+			write = a.k.Delete
+		}
+		if err := write(link, f.Prefix); err != nil {
+			return false
+		}
+	}
+	return true
 }
 
 func (a *Applier) applyLink(link string, fl []desired.Floating, st *Stats) error {

@@ -15,6 +15,7 @@ type fakeKernel struct {
 	addrs  map[string][]netip.Prefix
 	writes []string
 	fail   string // a link whose reads fail
+	strict bool   // deletes need the prefix as bound
 }
 
 func (k *fakeKernel) Addrs(link string) ([]netip.Prefix, error) {
@@ -31,6 +32,9 @@ func (k *fakeKernel) Add(link string, p netip.Prefix) error {
 }
 
 func (k *fakeKernel) Delete(link string, p netip.Prefix) error {
+	if k.strict && !slices.Contains(k.addrs[link], p) {
+		return errors.New("cannot assign requested address") // as the kernel, for another prefix length
+	}
 	k.addrs[link] = slices.DeleteFunc(k.addrs[link], func(q netip.Prefix) bool { return q == p })
 	k.writes = append(k.writes, "del "+link+" "+p.String())
 	return nil
@@ -100,5 +104,44 @@ func TestApplyDriftAndFailure(t *testing.T) {
 	k.fail = ""
 	if st, _ := a.Apply(both, false); st.Dumps == 0 {
 		t.Errorf("after a failure, the same state was not applied again: %+v", st)
+	}
+}
+
+// TestApplyChangeWithoutReading: a sync that is not full, after one that
+// succeeded, writes a takeover's or a step-down's change without reading
+// the links; an address new to the applier, or a write the kernel
+// refuses, makes it read the link and repair.
+func TestApplyChangeWithoutReading(t *testing.T) {
+	master := []desired.Floating{fl("198.18.3.1/24", "eth1", false), fl("198.18.2.10/32", "eth0", false)}
+	backup := []desired.Floating{fl("198.18.3.1/24", "eth1", true), fl("198.18.2.10/32", "eth0", true)}
+	k := &fakeKernel{addrs: map[string][]netip.Prefix{}}
+	a := New(k)
+	steps := []struct {
+		name          string
+		want          []desired.Floating
+		dumps, writes int
+	}{
+		{"first: read", backup, 2, 0},
+		{"takeover", master, 0, 2},
+		{"step-down", backup, 0, 2},
+		{"a new address: its link is read", append(slices.Clone(backup), fl("198.18.4.1/24", "eth2", false)), 1, 1},
+	}
+	for _, s := range steps {
+		st, err := a.Apply(s.want, false)
+		if err != nil || st.Dumps != s.dumps || st.Writes != s.writes {
+			t.Errorf("%s: %+v, %v; want %d dumps, %d writes", s.name, st, err, s.dumps, s.writes)
+		}
+	}
+	if got := len(k.addrs["eth1"]) + len(k.addrs["eth0"]); got != 0 {
+		t.Errorf("held addresses still bound: %v", k.addrs)
+	}
+	// Bound by hand as /32 meanwhile: deleting the /24 fails, the link is
+	// read and the address removed as it is.
+	k.addrs["eth1"] = []netip.Prefix{netip.MustParsePrefix("198.18.3.1/32")}
+	k.strict = true
+	a.Apply(master[:1], false)
+	k.addrs["eth1"] = []netip.Prefix{netip.MustParsePrefix("198.18.3.1/32")}
+	if st, err := a.Apply(backup[:1], false); err != nil || st.Dumps != 1 || len(k.addrs["eth1"]) != 0 {
+		t.Errorf("a refused delete: %+v, %v, eth1 %v; want the link read and the /32 removed", st, err, k.addrs["eth1"])
 	}
 }
