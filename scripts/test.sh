@@ -52,6 +52,11 @@ go vet ./...
 go vet -tags e2e ./e2e/...
 
 stage "unit tests"
+# The keepalived importer's tests read Debian's sample configurations and
+# ask keepalived itself (-t, configuration test only) as their oracle.
+export LBD_KEEPALIVED_SAMPLES=/usr/share/doc/keepalived/samples
+LBD_KEEPALIVED_BIN=$(command -v keepalived)
+export LBD_KEEPALIVED_BIN
 go test -race -count=1 ./...
 
 # Every fuzz target for a bounded time (LBD_FUZZTIME, default 10s each):
@@ -76,7 +81,8 @@ fuzz_one() {
 }
 for target in FuzzParse:./config FuzzFastPath:./config FuzzParse:./config/internal/tree \
 	FuzzScan:./config/internal/prescan FuzzScan:./config/internal/keypos FuzzConsulMerge:./discovery/merge FuzzNotifications:./dataplane/drift \
-	FuzzParseAdvert:./ha/vrrp FuzzDecide6:./dataplane/announce FuzzReader:./dataplane/connsync; do
+	FuzzParseAdvert:./ha/vrrp FuzzDecide6:./dataplane/announce FuzzReader:./dataplane/connsync \
+	FuzzParse:./keepalived/conf; do
 	fuzz_one "${target%%:*}" "${target#*:}"
 done
 
