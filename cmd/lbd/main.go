@@ -68,6 +68,7 @@ restarts or is upgraded.`,
 		newStatusCommand(),
 		newCleanupCommand(),
 		newRealServerCommand(),
+		newImportCommand(),
 		newVersionCommand(),
 		newManCommand(),
 	)
