@@ -236,7 +236,8 @@ func (d *Dataplane) SetServing(s desired.Serving) {
 //
 // A box that became master must bind the addresses now (VRRP's own
 // timers bound how often): they are bound and announced at once, even
-// while a sync is under way, and the sync runs ahead of min_sync_period.
+// while a sync is under way, and then the sync runs, ahead of
+// min_sync_period (takeovers).
 func (d *Dataplane) SetFailover(s desired.Serving, fl []desired.Floating) {
 	d.mu.Lock()
 	d.in.serving, d.in.floating = s, fl
@@ -249,7 +250,6 @@ func (d *Dataplane) SetFailover(s desired.Serving, fl []desired.Floating) {
 	case d.failedOver <- struct{}{}:
 	default: // one pending reads the latest inputs
 	}
-	d.run.Now()
 }
 
 // Release runs one last sync with the latest inputs, in the caller's

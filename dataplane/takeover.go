@@ -113,7 +113,9 @@ func (a *appliers) takeover(st *desired.State, gen uint64, binding func([]netip.
 }
 
 // takeovers runs a takeover for each change of the failover inputs until
-// ctx is done.
+// ctx is done, and after it asks for the sync at once: started together,
+// the sync would take the CPU the takeover needs (its own part of the
+// work the takeover just did is a no-op).
 func (d *Dataplane) takeovers(ctx context.Context) {
 	for {
 		select {
@@ -121,6 +123,7 @@ func (d *Dataplane) takeovers(ctx context.Context) {
 			return
 		case <-d.failedOver:
 			d.takeover()
+			d.run.Now()
 		}
 	}
 }

@@ -168,6 +168,11 @@ func (l *link) run(ctx context.Context) {
 			}
 			return
 		case <-l.changed:
+			// A takeover is on the clock: with the sockets open already
+			// (standby), announce first, then look the interface up.
+			if w.ready() {
+				w.sync(time.Now())
+			}
 			// A new family of VIPs may need its socket.
 			w.refresh()
 		case <-recheck.C:
@@ -187,6 +192,20 @@ func (l *link) run(ctx context.Context) {
 			w.sendDue(now)
 		}
 	}
+}
+
+// ready reports whether the interface was up at the last look and every
+// kind of the VIPs has its socket open.
+func (w *worker) ready() bool {
+	if !w.up {
+		return false
+	}
+	for _, v := range *w.vips.Load() {
+		if w.socks[kindOf(v)] == nil {
+			return false
+		}
+	}
+	return true
 }
 
 // doneOf is the done channel of k's socket, nil (never ready) if none.
