@@ -151,6 +151,10 @@ var vrrpInvalid = []invalidConfig{
 		vsvc("web", "198.18.100.10", 80)},
 		[][2]string{{"lbd.toml:10:14", `vrrp[1].addresses[0]: 198.18.2.10 is also an address of instance "o" (at lbd.toml:5:14); expected each address in one instance`},
 			{"lbd.toml:11:23", `vrrp[1].excluded_addresses[0]: 198.18.100.10 is a VIP of service "web"; a service's VIPs move with it, on lbd's link: expected services = ["web"] rather than its VIP here`}}},
+	{"an advertised VIP of a service another instance carries", map[string]string{"lbd.toml": vbase + "services = [\"web\"]\n" +
+		"[[vrrp]]\nname = \"p\"\ninterface = \"eth1\"\nvirtual_router_id = 52\naddresses = [\"198.18.100.10\"]\n" +
+		vsvc("web", "198.18.100.10", 80)},
+		[][2]string{{"lbd.toml:11:14", `vrrp[1].addresses[0]: 198.18.100.10 is a VIP of service "web", which this instance does not carry; a service's VIPs move with it, on lbd's link: expected "web" in services too`}}},
 	{"duplicate names and routers", map[string]string{"lbd.toml": vbase + vinst + "addresses = [\"198.18.2.11/24\"]\n" +
 		"[[vrrp]]\nname = \"o6\"\ninterface = \"eth0\"\nvirtual_router_id = 51\naddresses = [\"2001:2::10/64\"]\n"},
 		[][2]string{{"lbd.toml:7:1", `vrrp[1].name: instance name "o" is already used by the instance at lbd.toml:2:1; expected unique names`},
@@ -313,6 +317,22 @@ func TestVRRPDecode(t *testing.T) {
 	cfg, err = Load(writeConfig(t, map[string]string{"lbd.toml": vbase + "version = 2\n"}))
 	if err != nil || cfg.VRRP[0].AdvertInterval != time.Second {
 		t.Errorf("version 2 default interval: %v, %+v", err, cfg)
+	}
+}
+
+// TestVRRPAdvertisedVIP: a carried service's VIP may be in the adverts'
+// list (keepalived's virtual_ipaddress), with services naming it or "*".
+func TestVRRPAdvertisedVIP(t *testing.T) {
+	for _, services := range []string{`["web"]`, `["*"]`} {
+		text := vinst + "addresses = [\"198.18.2.10/24\", \"198.18.100.10\"]\nservices = " + services + "\n" + vsvc("web", "198.18.100.10", 80)
+		cfg, err := Load(writeConfig(t, map[string]string{"lbd.toml": text}))
+		if err != nil {
+			t.Errorf("services = %s: %v", services, err)
+			continue
+		}
+		if got := len(cfg.VRRP[0].Addresses); got != 2 {
+			t.Errorf("services = %s: %d addresses, want both", services, got)
+		}
 	}
 }
 

@@ -173,7 +173,9 @@ func checkSharedVIPs(cfg *Config, carried map[string]int, problem vrrpProblem) {
 }
 
 // checkVRRPAddresses refuses an address in two instances, a service's VIP
-// as an instance's address, and an address on lbd's dummy link.
+// as an instance's address unless the instance carries the service (then
+// its adverts list the VIP, as keepalived's virtual_ipaddress does, and it
+// stays on lbd's link), and an address on lbd's dummy link.
 func checkVRRPAddresses(cfg *Config, problem vrrpProblem, dummy string) {
 	vips := map[netip.Addr]string{}
 	for i := range cfg.Services {
@@ -190,9 +192,13 @@ func checkVRRPAddresses(cfg *Config, problem vrrpProblem, dummy string) {
 	owners := map[netip.Addr]owner{}
 	for i := range cfg.VRRP {
 		v := &cfg.VRRP[i]
-		check := func(a VRRPAddress, key string) {
+		check := func(a VRRPAddress, key string, advertised bool) {
 			addr := a.Prefix.Addr()
-			if name, ok := vips[addr]; ok {
+			name, isVIP := vips[addr]
+			switch {
+			case isVIP && advertised && !v.AllServices && !slices.Contains(v.Services, name):
+				problem(&v.prov, v.Pos, key, "%s is a VIP of service %q, which this instance does not carry; a service's VIPs move with it, on lbd's link: expected %q in services too (the adverts then list the VIP, as keepalived's virtual_ipaddress)", addr, name, name)
+			case isVIP && !advertised:
 				problem(&v.prov, v.Pos, key, "%s is a VIP of service %q; a service's VIPs move with it, on lbd's link: expected services = [%q] rather than its VIP here", addr, name, name)
 			}
 			switch o, dup := owners[addr]; {
@@ -210,10 +216,10 @@ func checkVRRPAddresses(cfg *Config, problem vrrpProblem, dummy string) {
 			}
 		}
 		for j, a := range v.Addresses {
-			check(a, v.addressKeys[j])
+			check(a, v.addressKeys[j], true)
 		}
 		for j, a := range v.ExcludedAddresses {
-			check(a, v.excludedKeys[j])
+			check(a, v.excludedKeys[j], false)
 		}
 	}
 }

@@ -32,6 +32,12 @@ type plan struct {
 func newPlan(cfg *config.Config) plan {
 	p := plan{carries: map[string][]string{}, floating: map[string][]desired.Floating{}, track: map[string][]string{}}
 	byName := map[string]*config.VRRPInstance{}
+	vips := map[netip.Addr]bool{}
+	for i := range cfg.Services {
+		for _, a := range cfg.Services[i].VIPs {
+			vips[a] = true
+		}
+	}
 	for i := range cfg.VRRP {
 		v := &cfg.VRRP[i]
 		byName[v.Name] = v
@@ -41,7 +47,11 @@ func newPlan(cfg *config.Config) plan {
 			p.all = v.Name
 		}
 		for _, a := range slices.Concat(v.Addresses, v.ExcludedAddresses) {
-			p.floating[v.Name] = append(p.floating[v.Name], desired.Floating{Prefix: a.Prefix, Link: a.Interface, Held: true})
+			// A carried service's VIP in the adverts' list is the service's
+			// to bind (on lbd's link) and announce.
+			if !vips[a.Prefix.Addr()] {
+				p.floating[v.Name] = append(p.floating[v.Name], desired.Floating{Prefix: a.Prefix, Link: a.Interface, Held: true})
+			}
 		}
 		p.track[v.Name] = appendNew([]string{v.Interface}, v.TrackInterfaces...)
 	}

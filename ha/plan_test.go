@@ -63,3 +63,39 @@ func TestPlan(t *testing.T) {
 		})
 	}
 }
+
+// TestPlanAdvertisedVIP: a carried service's VIP in an instance's
+// addresses is in its adverts (keepalived's virtual_ipaddress lists it) but
+// is no floating address: the service binds it on lbd's link.
+func TestPlanAdvertisedVIP(t *testing.T) {
+	cfg, err := config.Parse([]string{"lbd.toml"}, [][]byte{[]byte(`
+[[vrrp]]
+name = "o"
+interface = "eth0"
+virtual_router_id = 51
+addresses = ["198.18.2.10/24", "198.18.100.10"]
+services = ["web"]
+[[service]]
+name = "web"
+vips = ["198.18.100.10"]
+port = 80
+announce = "arp"
+announce_interface = "eth0"
+real_server = [{ address = "198.18.3.11" }]
+`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := newPlan(cfg)
+	if got := fmt.Sprint(p.groups[0].Instances[0].Params.Addrs); got != "[198.18.2.10 198.18.100.10]" {
+		t.Errorf("advertised %s, want both addresses", got)
+	}
+	serving, fl := p.failover(map[string]bool{"o": true})
+	if got := fmt.Sprint(fl); got != "[{198.18.2.10/24 eth0 false}]" {
+		t.Errorf("floating %s, want only the non-VIP address", got)
+	}
+	st := desired.Compute(desired.Input{Config: cfg, Serving: serving, Floating: fl})
+	if got := fmt.Sprint(st.VIPs, st.Announce); got != "[198.18.100.10] map[eth0:[198.18.2.10 198.18.100.10]]" {
+		t.Errorf("master binds and announces %s", got)
+	}
+}

@@ -183,8 +183,9 @@ func (im *importer) children(c *conf.Node) []string {
 
 // vrrpAddresses reads virtual_ipaddress: "ADDR[/LEN] [dev IF]"; other
 // options are reported. An address that is a VIP of an imported service
-// moves with the instance through `services` instead (lbd refuses it as
-// both).
+// moves with the instance through `services` (lbd binds it on its own
+// link with the service); from virtual_ipaddress it stays in the list too,
+// so that the adverts carry what keepalived's do.
 func (im *importer) vrrpAddresses(c *conf.Node, v *inst, excluded bool) []string {
 	var out []string
 	seen := map[netip.Addr]*conf.Node{}
@@ -211,7 +212,9 @@ func (im *importer) vrrpAddresses(c *conf.Node, v *inst, excluded bool) []string
 		}
 		if svc := im.servicesOf(p.Addr()); len(svc) > 0 {
 			im.moveServices(k, v, svc, dev, excluded)
-			continue
+			if excluded {
+				continue
+			}
 		}
 		entry := p.String()
 		if dev != "" {
@@ -238,7 +241,7 @@ func (im *importer) moveServices(k *conf.Node, v *inst, names []string, dev stri
 		im.rep.differs(k, "a VIP of %s: lbd moves it with the instance through `services` and answers ARP/NDP for it (announce = \"arp\")", strings.Join(names, ", "))
 		return
 	}
-	im.rep.differs(k, "a VIP of %s: lbd moves it with the instance through `services` and answers ARP/NDP for it (announce = \"arp\"); its adverts do not carry it, so a keepalived peer listing it in virtual_ipaddress sees another list (remove it there, or pair lbd with lbd)", strings.Join(names, ", "))
+	im.rep.differs(k, "a VIP of %s: the adverts carry it as keepalived's do, and lbd binds it on its own link with the service, carried by this instance (`services`), answering ARP/NDP for it (announce = \"arp\")", strings.Join(names, ", "))
 }
 
 // announce sets the moved services' announce interface.

@@ -24,10 +24,14 @@ func TestImportVRRP(t *testing.T) {
 			"vrrp_instance B {\n interface eth0\n version 3\n virtual_router_id 9\n advert_int 0.5\n nopreempt\n unicast_src_ip 2001:db8::a\n unicast_peer {\n  2001:db8::b\n }\n track_interface {\n  eth1\n  eth2 weight 10\n }\n track_script {\n  chk\n }\n virtual_ipaddress {\n  2001:db8::1/64\n }\n}\n",
 			[]string{"version = 3", `advert_interval = "500ms"`, "preempt = false", `unicast_peers = ["2001:db8::b"]`, `unicast_source = "2001:db8::a"`, `track_interfaces = ["eth1", "eth2"]`},
 			nil, []want{{13, NotMapped, "weight"}, {15, NotMapped, "scripts"}}, false},
-		{"a service VIP moves through services",
+		{"a service VIP moves through services, and the adverts keep it",
 			vs + "vrrp_instance V {\n interface eth0\n virtual_router_id 1\n virtual_ipaddress {\n  192.0.2.10\n  198.51.100.7/24\n }\n}\n",
-			[]string{`services = ["vs-192.0.2.10-80-tcp"]`, `addresses = ["198.51.100.7/24"]`, "forward = \"nat\"\nannounce = \"arp\"\nannounce_interface = \"eth0\""}, nil,
-			[]want{{9, Differs, "through `services`"}}, true},
+			[]string{`services = ["vs-192.0.2.10-80-tcp"]`, `addresses = ["192.0.2.10/32", "198.51.100.7/24"]`, "forward = \"nat\"\nannounce = \"arp\"\nannounce_interface = \"eth0\""}, nil,
+			[]want{{9, Differs, "adverts carry it"}}, true},
+		{"an excluded service VIP moves through services only",
+			vs + "vrrp_instance V {\n interface eth0\n virtual_router_id 1\n virtual_ipaddress {\n  198.51.100.7/24\n }\n virtual_ipaddress_excluded {\n  192.0.2.10\n }\n}\n",
+			[]string{`services = ["vs-192.0.2.10-80-tcp"]`, `addresses = ["198.51.100.7/24"]`, "announce = \"arp\"\nannounce_interface = \"eth0\""}, []string{"excluded_addresses"},
+			[]want{{12, Differs, "through `services`"}}, true},
 		{"sync group and notify",
 			"vrrp_sync_group G {\n group {\n  A\n  B\n  C\n }\n notify_master \"/usr/local/bin/ok x\"\n notify /usr/local/bin/ok\n}\n" +
 				"vrrp_instance A {\n interface eth0\n virtual_router_id 1\n virtual_ipaddress {\n  198.51.100.1\n }\n}\n" +
