@@ -51,14 +51,7 @@ type want struct {
 }
 
 func TestImport(t *testing.T) {
-	tests := []struct {
-		name     string
-		conf     string
-		contains []string // in the TOML
-		absent   []string
-		items    []want
-		complete bool
-	}{
+	tests := []importCase{
 		{"nat, defaults, tcp check",
 			"virtual_server 192.0.2.1 80 {\n real_server 10.0.0.1 80 {\n  TCP_CHECK {\n  }\n }\n}\n",
 			[]string{"# /keepalived.conf:1: virtual_server 192.0.2.1 80\n[[service]]", `name = "vs-192.0.2.1-80-tcp"`, `scheduler = "wlc"`, `forward = "nat"`,
@@ -144,30 +137,7 @@ func TestImport(t *testing.T) {
 			"vrrp_instance V {\n}\nwhatever 1\nvirtual_server 192.0.2.1 80 {\n oddity\n}\n",
 			nil, nil, []want{{1, NotMapped, "has no interface"}, {3, Ignored, "keepalived 2.2.7 logs"}, {5, Ignored, "virtual_server"}}, false},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			res := importText(t, tt.conf)
-			out := res.TOML()
-			for _, s := range tt.contains {
-				if !strings.Contains(out, s) {
-					t.Errorf("output lacks %q:\n%s", s, out)
-				}
-			}
-			for _, s := range tt.absent {
-				if strings.Contains(out, s) {
-					t.Errorf("output has %q:\n%s", s, out)
-				}
-			}
-			for _, w := range tt.items {
-				if !hasItem(res.Report, w.line, w.kind, w.why) {
-					t.Errorf("no %s item at line %d with %q; report:\n%v", w.kind, w.line, w.why, res.Report.Items)
-				}
-			}
-			if got := res.Report.Complete(); got != tt.complete {
-				t.Errorf("complete = %v, want %v; report:\n%v", got, tt.complete, res.Report.Items)
-			}
-		})
-	}
+	runImportCases(t, tests)
 }
 
 func TestCountQuorum(t *testing.T) {
@@ -197,5 +167,44 @@ func TestCountQuorum(t *testing.T) {
 		if n != tt.n || exact != tt.exact {
 			t.Errorf("countQuorum(%d, %d reals) = %d, %v; want %d, %v", tt.q, len(tt.reals), n, exact, tt.n, tt.exact)
 		}
+	}
+}
+
+// importCase is one configuration to import and what its import must
+// give.
+type importCase struct {
+	name     string
+	conf     string
+	contains []string // in the TOML
+	absent   []string
+	items    []want
+	complete bool
+}
+
+func runImportCases(t *testing.T, tests []importCase) {
+	t.Helper()
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			res := importText(t, tt.conf)
+			out := res.TOML()
+			for _, s := range tt.contains {
+				if !strings.Contains(out, s) {
+					t.Errorf("output lacks %q:\n%s", s, out)
+				}
+			}
+			for _, s := range tt.absent {
+				if strings.Contains(out, s) {
+					t.Errorf("output has %q:\n%s", s, out)
+				}
+			}
+			for _, w := range tt.items {
+				if !hasItem(res.Report, w.line, w.kind, w.why) {
+					t.Errorf("no %s item at line %d with %q; report:\n%v", w.kind, w.line, w.why, res.Report.Items)
+				}
+			}
+			if got := res.Report.Complete(); got != tt.complete {
+				t.Errorf("complete = %v, want %v; report:\n%v", got, tt.complete, res.Report.Items)
+			}
+		})
 	}
 }

@@ -1,20 +1,12 @@
 package importer
 
 import (
-	"strings"
 	"testing"
 )
 
 func TestImportVRRP(t *testing.T) {
 	const vs = "virtual_server 192.0.2.10 80 {\n real_server 10.0.0.1 80 {\n }\n}\n"
-	tests := []struct {
-		name     string
-		conf     string
-		contains []string
-		absent   []string
-		items    []want
-		complete bool
-	}{
+	tests := []importCase{
 		{"v2 pair with authentication, defaults written",
 			"vrrp_instance VI_1 {\n state MASTER\n interface eth0\n virtual_router_id 51\n priority 150\n authentication {\n  auth_type PASS\n  auth_pass 123456789\n }\n virtual_ipaddress {\n  198.51.100.1/24 dev eth1\n  198.51.100.2\n }\n}\n",
 			[]string{"[[vrrp]]\nname = \"VI_1\"\ninterface = \"eth0\"\nvirtual_router_id = 51\nversion = 2\npriority = 150\nadvert_interval = \"1s\"\npreempt = true\nauth_type = \"pass\"\nauth_pass = \"12345678\"",
@@ -43,28 +35,5 @@ func TestImportVRRP(t *testing.T) {
 			[]string{"priority = 254", `advert_interval = "2s"`}, []string{"auth_type"},
 			[]want{{4, Differs, "254"}, {5, Differs, "whole seconds"}, {7, NotMapped, "AH"}}, false},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			res := importText(t, tt.conf)
-			out := res.TOML()
-			for _, s := range tt.contains {
-				if !strings.Contains(out, s) {
-					t.Errorf("output lacks %q:\n%s", s, out)
-				}
-			}
-			for _, s := range tt.absent {
-				if strings.Contains(out, s) {
-					t.Errorf("output has %q:\n%s", s, out)
-				}
-			}
-			for _, w := range tt.items {
-				if !hasItem(res.Report, w.line, w.kind, w.why) {
-					t.Errorf("no %s item at line %d with %q; report:\n%v", w.kind, w.line, w.why, res.Report.Items)
-				}
-			}
-			if got := res.Report.Complete(); got != tt.complete {
-				t.Errorf("complete = %v, want %v; report:\n%v", got, tt.complete, res.Report.Items)
-			}
-		})
-	}
+	runImportCases(t, tests)
 }
