@@ -3,11 +3,10 @@ package config
 import (
 	"cmp"
 	"fmt"
-	"io"
 	"slices"
-	"strconv"
 	"strings"
-	"unicode/utf8"
+
+	inecho "github.com/lbdproject/lbd/internal/echo"
 )
 
 // Error is one problem in the configuration: where, which key, what is
@@ -90,45 +89,18 @@ func (s *errorSink) result(mainFile string) ErrorList {
 	return s.list
 }
 
-// maxEcho is the most bytes of one string from outside lbd (a value or key
-// from a file, a name from Consul) that an error repeats.
-const maxEcho = 80
+// maxEcho and echo cut text from outside lbd in messages (internal/echo).
+const maxEcho = inecho.Max
 
-// echo is a string from outside lbd in an error message. Formatted (%s, %q
-// or %v) it is cut to maxEcho bytes, at a character boundary, and followed
-// by its whole length: a 5 MB name gives a short log line.
-type echo string
-
-func (e echo) Format(f fmt.State, verb rune) {
-	s, more := string(e), ""
-	if len(s) > maxEcho {
-		cut := maxEcho
-		for cut > 0 && !utf8.RuneStart(s[cut]) {
-			cut--
-		}
-		s, more = s[:cut], fmt.Sprintf("…(%d bytes)", len(s))
-	}
-	if verb == 'q' {
-		s = strconv.Quote(s)
-	}
-	io.WriteString(f, s)
-	io.WriteString(f, more)
-}
+type echo = inecho.String
 
 // whole is a string of lbd's own in an error message (a list of accepted
 // keys, a path of its configuration), which is never cut.
 type whole string
 
-// echoArgs wraps the long strings among args in echo: every string an
-// error message is given may come from outside.
-func echoArgs(args []any) []any {
-	for i, a := range args {
-		if s, ok := a.(string); ok && len(s) > maxEcho {
-			args[i] = echo(s)
-		}
-	}
-	return args
-}
+// echoArgs wraps the long strings among args: every string an error
+// message is given may come from outside.
+func echoArgs(args []any) []any { return inecho.Args(args) }
 
 // clip is a key path or name cut as echo cuts it.
 func clip(s string) string {

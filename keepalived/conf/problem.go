@@ -2,10 +2,10 @@ package conf
 
 import (
 	"fmt"
-	"io"
 	"strconv"
 	"strings"
-	"unicode/utf8"
+
+	inecho "github.com/lbdproject/lbd/internal/echo"
 )
 
 // Pos is a line of a configuration file. Line 0 names the file itself (it
@@ -201,36 +201,8 @@ func (s *problems) finish() ([]Problem, error) {
 	return warns, s.errs
 }
 
-// maxEcho is the most bytes of one string from the input that a message
-// repeats.
-const maxEcho = 80
-
-// echo is input text in a message, cut to maxEcho bytes at a character
-// boundary and followed by its length.
-type echo string
-
-func (e echo) Format(f fmt.State, verb rune) {
-	s, more := string(e), ""
-	if len(s) > maxEcho {
-		cut := maxEcho
-		for cut > 0 && !utf8.RuneStart(s[cut]) {
-			cut--
-		}
-		s, more = s[:cut], fmt.Sprintf("…(%d bytes)", len(s))
-	}
-	if verb == 'q' {
-		s = strconv.Quote(s)
-	}
-	io.WriteString(f, s)
-	io.WriteString(f, more)
-}
+// echo is input text in a message, cut as internal/echo cuts it.
+type echo = inecho.String
 
 // echoArgs cuts every long string among args: all of them may be input.
-func echoArgs(args []any) []any {
-	for i, a := range args {
-		if s, ok := a.(string); ok && len(s) > maxEcho {
-			args[i] = echo(s)
-		}
-	}
-	return args
-}
+func echoArgs(args []any) []any { return inecho.Args(args) }
