@@ -10,6 +10,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/lbdproject/lbd/e2e/internal/topo"
 )
@@ -38,6 +39,9 @@ type kaBox struct {
 	// [ha.ipvs_sync]), no preemption (lbd's default) and the inside link
 	// tracked (as track_interfaces).
 	likeLBD bool
+	// advertised lists the VIP in virtual_ipaddress (the adverts carry
+	// it) rather than virtual_ipaddress_excluded.
+	advertised bool
 }
 
 // keepalivedConfig is the peer box's keepalived.conf: the same VRRP
@@ -48,6 +52,10 @@ func keepalivedConfig(p *pair, b kaBox) string {
 	if b.likeLBD {
 		global = fmt.Sprintf("    lvs_sync_daemon %s outside id 51\n", p.tp.Backend.Name)
 		instance = fmt.Sprintf("    nopreempt\n    track_interface {\n        %s\n    }\n", p.tp.Backend.Name)
+	}
+	vipLine, excluded := "", fmt.Sprintf("    virtual_ipaddress_excluded {\n        %s/32 dev %s\n    }\n", p.web.Addr(), p.tp.Frontend.Name)
+	if b.advertised {
+		vipLine, excluded = fmt.Sprintf("        %s/32 dev %s\n", p.web.Addr(), p.tp.Frontend.Name), ""
 	}
 	var servers strings.Builder
 	for _, port := range []uint16{p.web.Port(), topo.BackendPushPort} {
@@ -68,15 +76,12 @@ vrrp_instance outside {
     priority %d
     %s
 %s    virtual_ipaddress {
-        %s
+%s        %s
         %s dev %s
     }
-    virtual_ipaddress_excluded {
-        %s/32 dev %s
-    }
-}
-%s`, b.version, global, p.tp.Frontend.Name, b.priority, b.v.keepalived, instance, pairOutside, pairInside, p.tp.Backend.Name,
-		p.web.Addr(), p.tp.Frontend.Name, servers.String())
+%s}
+%s`, b.version, global, p.tp.Frontend.Name, b.priority, b.v.keepalived, instance, vipLine, pairOutside, pairInside, p.tp.Backend.Name,
+		excluded, servers.String())
 }
 
 // keepalived is keepalived running on a director: its main process (the
@@ -113,14 +118,17 @@ func startKeepalived(t *testing.T, p *pair, i int, conf string) *keepalived {
 // startMixedPair runs lbd on dir1 and keepalived on dir2, the one of
 // higher priority first: neither preempts by default, so the first
 // master stays master.
-func startMixedPair(t *testing.T, v kaVersion, version, lbdPrio, kaPrio int) (*pair, *keepalived) {
+func startMixedPair(t *testing.T, v kaVersion, version, lbdPrio, kaPrio int, advertised bool) (*pair, *keepalived) {
 	t.Helper()
 	p := newPairTopology(t)
 	tp := p.tp
-	startLbd := func() {
-		p.boxes[0] = startLBD(t, tp.Directors[0], pairConfigVRRP(p.web, tp, lbdPrio, v.lbd))
+	lconf := pairConfigVRRP(p.web, tp, lbdPrio, v.lbd)
+	if advertised {
+		// The VIP first, as keepalived's list has it.
+		lconf = strings.Replace(lconf, "addresses = [", fmt.Sprintf("addresses = [\"%s\", ", p.web.Addr()), 1)
 	}
-	conf := keepalivedConfig(p, kaBox{v: v, version: version, priority: kaPrio})
+	startLbd := func() { p.boxes[0] = startLBD(t, tp.Directors[0], lconf) }
+	conf := keepalivedConfig(p, kaBox{v: v, version: version, priority: kaPrio, advertised: advertised})
 	var ka *keepalived
 	if lbdPrio > kaPrio {
 		startLbd()
@@ -148,7 +156,7 @@ func TestPairWithKeepalived(t *testing.T) {
 	for i, v := range kaVersions {
 		version := 2 + i
 		t.Run(v.name+": lbd master, keepalived backup", func(t *testing.T) {
-			p, ka := startMixedPair(t, v, version, 150, 100)
+			p, ka := startMixedPair(t, v, version, 150, 100, false)
 			p.waitRoles(t, "lbd master", "MASTER")
 			p.waitKeepalived(t, "keepalived backup", false)
 			waitServes(t, p.client, topo.HTTP, p.web)
@@ -167,7 +175,7 @@ func TestPairWithKeepalived(t *testing.T) {
 			}
 		})
 		t.Run(v.name+": keepalived master, lbd backup", func(t *testing.T) {
-			p, ka := startMixedPair(t, v, version, 100, 150)
+			p, ka := startMixedPair(t, v, version, 100, 150, false)
 			p.waitKeepalived(t, "keepalived master", true)
 			p.waitRoles(t, "lbd backup", "BACKUP")
 			waitServes(t, p.client, topo.HTTP, p.web)
@@ -188,4 +196,33 @@ func TestPairWithKeepalived(t *testing.T) {
 			waitServes(t, p.client, topo.HTTP, p.web)
 		})
 	}
+}
+
+// TestPairWithKeepalivedAdvertisedVIP: keepalived lists the virtual
+// servers' VIP in virtual_ipaddress, as most keepalived configurations do;
+// lbd lists it in the instance's addresses too (the service carried by the
+// instance, bound on lbd's link): both boxes' adverts carry the same list,
+// neither refuses the other's, and they fail over both ways.
+func TestPairWithKeepalivedAdvertisedVIP(t *testing.T) {
+	v := kaVersions[0] // keepalived's defaults
+	p, ka := startMixedPair(t, v, 2, 150, 100, true)
+	p.waitRoles(t, "lbd master", "MASTER")
+	p.waitKeepalived(t, "keepalived backup", false)
+	waitServes(t, p.client, topo.HTTP, p.web)
+	if st, _ := p.vrrpState(0); st.Refused != nil {
+		t.Errorf("lbd refused keepalived's adverts: %v", st.Refused)
+	}
+	// keepalived's backup checks the master's list against its own
+	// (2.2.7: "ip address associated with VRID 51 not present in MASTER
+	// advert", older: "... mismatch actual MASTER advert").
+	time.Sleep(3 * time.Second) // three adverts
+	if out := ka.Output(); strings.Contains(out, "MASTER advert") {
+		t.Errorf("keepalived saw another address list in lbd's adverts:\n%s", out)
+	}
+	if err := p.boxes[0].proc.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	p.waitKeepalived(t, "keepalived to take over", true)
+	eventually(t, "lbd's box to give its addresses up", func() error { return p.holds(0, false) })
+	waitServes(t, p.client, topo.HTTP, p.web)
 }
