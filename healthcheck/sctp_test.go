@@ -83,13 +83,13 @@ func sctpTestClosedPort(t testing.TB) netip.AddrPort {
 // tcpTestModes are the TCP check's.
 func sctpTestModes(hc config.HealthCheck) []struct {
 	name string
-	c    *sctpChecker
+	c    *tcpChecker
 } {
 	poller := newSCTPChecker(hc)
 	poller.wait = true
 	return []struct {
 		name string
-		c    *sctpChecker
+		c    *tcpChecker
 	}{{"immediate", newSCTPChecker(hc)}, {"poller", poller}}
 }
 

@@ -27,6 +27,7 @@ import (
 // the socket is handed to the runtime poller (os.NewFile) and the check
 // waits for it to become writable, until ctx's deadline or cancellation.
 type tcpChecker struct {
+	proto   int            // the socket's protocol: 0 (TCP) or IPPROTO_SCTP (newSCTPChecker)
 	local   netip.AddrPort // source address (port 0), or zero for the kernel's choice
 	timeout time.Duration
 	wait    bool // tests: skip the immediate poll, always wait through the runtime poller
@@ -43,13 +44,16 @@ func (c *tcpChecker) Check(ctx context.Context, t Target) error {
 	if err != nil {
 		return err
 	}
-	if err := tcpProbe(ctx, 0, c.local, raddr, deadline, c.wait); err != nil {
-		if err == syscall.ECONNREFUSED && ctx.Err() == nil {
-			return tcpRefused{} // what checkerErr would say, without formatting it every time
-		}
+	switch err := tcpProbe(ctx, c.proto, c.local, raddr, deadline, c.wait); {
+	case err == nil:
+		return nil
+	case err == syscall.ECONNREFUSED && ctx.Err() == nil:
+		return tcpRefused{} // what checkerErr would say, without formatting it every time
+	case c.proto != 0 && (err == syscall.EPROTONOSUPPORT || err == syscall.ESOCKTNOSUPPORT):
+		return sctpUnsupported{err.(syscall.Errno)}
+	default:
 		return checkerErr(ctx, start, "connect", err)
 	}
-	return nil
 }
 
 // tcpRefused is the most common failure, as checkerErr would make it
